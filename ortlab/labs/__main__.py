@@ -1,0 +1,49 @@
+"""Command line for the labs: build, check, grade (see ortlab.labs)."""
+import argparse
+import sys
+
+from ortlab.errors import OrtlabError
+from ortlab.labs import build as lab_build
+from ortlab.labs import grade as lab_grade
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m ortlab.labs", description=__doc__)
+    parser.add_argument("--solutions", default="solutions", help="solution notebooks folder")
+    parser.add_argument("--labs", default="labs", help="generated labs folder")
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="write labs/ from solutions/")
+    b.add_argument("--force", action="store_true",
+                   help="overwrite labs with edits, after backing each up as <name>.bakN")
+    sub.add_parser("check", help="exit 1 when labs/ is not what build would write")
+    g = sub.add_parser("grade", help="run a lab in a fresh kernel and grade its exercises")
+    g.add_argument("notebook")
+    g.add_argument("--timeout", type=int, default=lab_grade.DEFAULT_TIMEOUT,
+                   help="seconds for the whole notebook (default %(default)s)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "build":
+            written = lab_build.build(args.solutions, args.labs, force=args.force)
+            print(f"{len(written)} lab(s) written" if written else "labs/ is up to date")
+            return 0
+        if args.command == "check":
+            stale = lab_build.check(args.solutions, args.labs)
+            for path in stale:
+                print(f"out of date: {path}")
+            if stale:
+                print("run `python -m ortlab.labs build` to regenerate labs/ from solutions/")
+                return 1
+            print("labs/ is up to date")
+            return 0
+        results, problem = lab_grade.grade(args.notebook, timeout=args.timeout)
+        print(lab_grade.table(results))
+        if problem:
+            print(f"note: {problem}")
+        return 0 if all(r.status == "pass" for r in results) else 1
+    except OrtlabError as exc:
+        print(f"{args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

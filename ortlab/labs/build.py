@@ -1,0 +1,197 @@
+"""Generate labs/ from solutions/: solution code out, stubs in, outputs cleared.
+
+A solution cell marks its solution code like this (the exercise id follows BEGIN):
+
+    def square(x):
+        # BEGIN SOLUTION square
+        return x * x
+        # END SOLUTION
+
+The lab gets, at the same indentation,
+    raise NotImplementedError("exercise 'square' is not done yet: ...")
+Everything else is kept as it is. A lab records its exercises and a hash of
+its generated text in its metadata, so the build can tell a lab that a
+learner edited (never overwritten without --force, and then backed up first).
+"""
+import copy
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from ortlab.errors import OrtlabError
+
+BEGIN = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION(?:\s+(?P<id>[A-Za-z0-9_.-]+))?\s*$")
+END = re.compile(r"^\s*# END SOLUTION\s*$")
+STUB = "{indent}raise NotImplementedError(\"exercise '{id}' is not done yet: {hint}\")"
+HINT = "replace this line with your solution"
+STUB_PATTERN = r"NotImplementedError\(\"exercise '{id}' is not done yet"
+
+
+class LabBuildError(OrtlabError):
+    """A solution notebook's markers are malformed, or a lab cannot be written."""
+
+
+class LabEditedError(LabBuildError):
+    """A lab holds edits that the build did not make; it is left alone."""
+
+
+def strip_solution(source, where="cell"):
+    """Return (lab source, exercise ids) for one code cell's source."""
+    out, ids, current = [], [], None
+    for number, line in enumerate(source.splitlines(), 1):
+        begin, end = BEGIN.match(line), END.match(line)
+        if begin:
+            if current is not None:
+                raise LabBuildError(f"{where}, line {number}: BEGIN SOLUTION inside the solution "
+                                    f"'{current}'; close it with '# END SOLUTION' first")
+            current = begin["id"]
+            if not current:
+                raise LabBuildError(f"{where}, line {number}: '# BEGIN SOLUTION' needs an exercise "
+                                    "id, e.g. '# BEGIN SOLUTION matmul_add'")
+            ids.append(current)
+            out.append(STUB.format(indent=begin["indent"], id=current, hint=HINT))
+        elif end:
+            if current is None:
+                raise LabBuildError(f"{where}, line {number}: '# END SOLUTION' without a BEGIN")
+            current = None
+        elif current is None:
+            out.append(line)
+    if current is not None:
+        raise LabBuildError(f"{where}: the solution '{current}' is never closed; "
+                            "add '# END SOLUTION' after it")
+    return "\n".join(out), ids
+
+
+def exercises_in(nb):
+    """Exercise ids of a notebook: a lab's recorded list, else a solution's markers, in order."""
+    lab = nb.metadata.get("ortlab", {}).get("lab")
+    if lab:
+        return list(lab["exercises"])
+    ids = []
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            for line in cell.source.splitlines():
+                match = BEGIN.match(line)
+                if match and match["id"] and match["id"] not in ids:
+                    ids.append(match["id"])
+    return ids
+
+
+def notebook_text(nb):
+    """The exact text nbformat.write saves for `nb`."""
+    return nbformat.writes(nb) + "\n"
+
+
+def _text_hash(nb):
+    nb = copy.deepcopy(nb)
+    nb.metadata.get("ortlab", {}).get("lab", {}).pop("build_hash", None)
+    return hashlib.sha256(notebook_text(nb).encode()).hexdigest()[:16]
+
+
+def make_lab(solution, solution_name):
+    """The lab notebook (a new object) for a solution notebook."""
+    lab = copy.deepcopy(solution)
+    ids = []
+    for index, cell in enumerate(lab.cells):
+        if cell.cell_type == "code":
+            cell.source, found = strip_solution(cell.source, f"{solution_name}, cell {index}")
+            cell.outputs, cell.execution_count = [], None
+            duplicated = set(found) & set(ids)
+            if duplicated:
+                raise LabBuildError(f"{solution_name}, cell {index}: exercise id(s) "
+                                    f"{sorted(duplicated)} used twice; give each its own id")
+            ids += found
+    if not ids:
+        raise LabBuildError(f"{solution_name} has no '# BEGIN SOLUTION <id>' markers, so its lab "
+                            "would have no exercises")
+    lab.metadata["ortlab"] = {"lab": {"exercises": ids, "solution": solution_name}}
+    lab.metadata["ortlab"]["lab"]["build_hash"] = _text_hash(lab)
+    return lab
+
+
+def is_untouched(lab):
+    """True when a lab is exactly as the build wrote it (no learner edits, no outputs)."""
+    recorded = lab.metadata.get("ortlab", {}).get("lab", {}).get("build_hash")
+    return recorded is not None and recorded == _text_hash(lab)
+
+
+@dataclass
+class Plan:
+    """What a build would do: files to write, files already up to date, stale orphans."""
+
+    write: dict  # lab path -> notebook
+    current: list
+    orphans: list
+
+
+def plan(solutions_dir="solutions", labs_dir="labs"):
+    solutions_dir, labs_dir = Path(solutions_dir), Path(labs_dir)
+    write, current = {}, []
+    for path in sorted(solutions_dir.glob("*.ipynb")):
+        lab = make_lab(nbformat.read(path, as_version=4), f"{solutions_dir.name}/{path.name}")
+        target = labs_dir / path.name
+        text = notebook_text(lab)
+        if target.exists() and target.read_text() == text:
+            current.append(target)
+        else:
+            write[target] = lab
+    wanted = {labs_dir / p.name for p in solutions_dir.glob("*.ipynb")}
+    orphans = sorted(p for p in labs_dir.glob("*.ipynb") if p not in wanted)
+    return Plan(write, current, orphans)
+
+
+def _backup(path):
+    for n in range(1, 1000):
+        backup = path.with_name(f"{path.name}.bak{n}")
+        if not backup.exists():
+            backup.write_bytes(path.read_bytes())
+            return backup
+    raise LabBuildError(f"too many backups of {path}; tidy the .bak files")
+
+
+def _read_lab(path):
+    try:
+        return nbformat.read(path, as_version=4)
+    except Exception:
+        return None
+
+
+def build(solutions_dir="solutions", labs_dir="labs", force=False, log=print):
+    """Write every lab that is missing or out of date; return the paths written.
+
+    A lab a learner edited is not overwritten: LabEditedError names it, unless
+    force=True, which first copies it to '<lab>.ipynb.bakN'.
+    """
+    todo = plan(solutions_dir, labs_dir)
+    edited = [p for p in list(todo.write) + todo.orphans
+              if p.exists() and not ((nb := _read_lab(p)) is not None and is_untouched(nb))]
+    if edited and not force:
+        names = ", ".join(str(p) for p in edited)
+        raise LabEditedError(f"{names}: edited since it was generated (your work?); nothing was "
+                             "written. Copy your work elsewhere, or run the build with --force, "
+                             "which backs each one up as <name>.bakN before writing")
+    Path(labs_dir).mkdir(parents=True, exist_ok=True)
+    for path in edited:
+        log(f"backed up {path} to {_backup(path)}")
+    for path, lab in todo.write.items():
+        path.write_text(notebook_text(lab))
+        log(f"wrote {path}")
+    for path in todo.orphans:
+        path.unlink()
+        log(f"removed {path} (its solution is gone)")
+    return list(todo.write)
+
+
+def check(solutions_dir="solutions", labs_dir="labs"):
+    """Paths in labs/ that are not what the build would write (empty when up to date)."""
+    todo = plan(solutions_dir, labs_dir)
+    return sorted(list(todo.write) + todo.orphans)
+
+
+def stub_pattern(exercise):
+    """Regex matching the stub line the build puts in place of exercise `exercise`."""
+    return re.compile(STUB_PATTERN.format(id=re.escape(exercise)))

@@ -1,0 +1,231 @@
+"""The lab machinery: build labs from solutions, exercise checks, grading."""
+import shutil
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from conftest import FIXTURES, ROOT
+from ortlab import OrtlabError
+from ortlab.labs import build as lab_build
+from ortlab.labs import checks, grade
+
+KERNEL = {"kernelspec": {"name": "ortlab", "display_name": "Python (ortlab)", "language": "python"}}
+SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb")) + [FIXTURES / "solutions" / "demo_lab.ipynb"]
+
+
+# --- markers ---------------------------------------------------------------------------------
+
+def test_strip_solution_keeps_indentation_and_other_lines():
+    src = "def f(x):\n    y = 1\n    # BEGIN SOLUTION f\n    return x + y\n    # END SOLUTION\nprint(2)"
+    out, ids = lab_build.strip_solution(src)
+    assert ids == ["f"]
+    assert out.splitlines() == [
+        "def f(x):", "    y = 1",
+        "    raise NotImplementedError(\"exercise 'f' is not done yet: replace this line with your solution\")",
+        "print(2)"]
+    compile(out, "lab", "exec")  # still valid Python
+
+
+@pytest.mark.parametrize("src, words", [
+    ("# BEGIN SOLUTION\nx = 1\n# END SOLUTION", "needs an exercise id"),
+    ("# BEGIN SOLUTION a\nx = 1", "never closed"),
+    ("x = 1\n# END SOLUTION", "without a BEGIN"),
+    ("# BEGIN SOLUTION a\n# BEGIN SOLUTION b\n# END SOLUTION", "inside the solution 'a'"),
+])
+def test_malformed_markers_are_explained(src, words):
+    with pytest.raises(lab_build.LabBuildError, match=words):
+        lab_build.strip_solution(src, "demo.ipynb, cell 3")
+
+
+def _write(path, cells):
+    nb = new_notebook(cells=cells, metadata=KERNEL)
+    for i, cell in enumerate(nb.cells):
+        cell.id = f"c{i}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+# --- build and check -------------------------------------------------------------------------
+
+@pytest.fixture
+def dirs(tmp_path):
+    sol, labs = tmp_path / "solutions", tmp_path / "labs"
+    sol.mkdir()
+    shutil.copy(FIXTURES / "solutions" / "demo_lab.ipynb", sol / "demo_lab.ipynb")
+    return sol, labs
+
+
+def test_build_removes_solutions_clears_outputs_and_keeps_the_rest(dirs):
+    sol, labs = dirs
+    assert lab_build.check(sol, labs) == [labs / "demo_lab.ipynb"]
+    lab_build.build(sol, labs, log=lambda *_: None)
+    solution = nbformat.read(sol / "demo_lab.ipynb", as_version=4)
+    lab = nbformat.read(labs / "demo_lab.ipynb", as_version=4)
+    assert lab.metadata["ortlab"]["lab"]["exercises"] == ["relu", "total"]
+    assert len(lab.cells) == len(solution.cells)
+    for s, l in zip(solution.cells, lab.cells):
+        assert l.id == s.id and l.cell_type == s.cell_type
+        if l.cell_type == "code":
+            assert l.outputs == [] and l.execution_count is None
+            assert "BEGIN SOLUTION" not in l.source and "np.maximum" not in l.source
+        if "BEGIN SOLUTION" not in s.source:
+            assert l.source == s.source
+    assert lab_build.check(sol, labs) == []
+    assert lab_build.build(sol, labs, log=lambda *_: None) == []  # nothing to do
+
+
+def test_check_notices_a_changed_solution_and_an_orphan_lab(dirs):
+    sol, labs = dirs
+    lab_build.build(sol, labs, log=lambda *_: None)
+    nb = nbformat.read(sol / "demo_lab.ipynb", as_version=4)
+    nb.cells[0].source += "\nMore prose."
+    nbformat.write(nb, sol / "demo_lab.ipynb")
+    shutil.copy(labs / "demo_lab.ipynb", labs / "old_lab.ipynb")
+    assert lab_build.check(sol, labs) == [labs / "demo_lab.ipynb", labs / "old_lab.ipynb"]
+
+
+def test_build_never_overwrites_a_learners_edits(dirs):
+    sol, labs = dirs
+    lab_build.build(sol, labs, log=lambda *_: None)
+    lab_path = labs / "demo_lab.ipynb"
+    lab = nbformat.read(lab_path, as_version=4)
+    lab.cells[2].source = "def relu(x):\n    return my_work(x)"
+    nbformat.write(lab, lab_path)
+    mine = lab_path.read_text()
+    nb = nbformat.read(sol / "demo_lab.ipynb", as_version=4)
+    nb.cells[0].source += "\nA change upstream."
+    nbformat.write(nb, sol / "demo_lab.ipynb")
+    with pytest.raises(lab_build.LabEditedError, match="demo_lab.ipynb: edited since"):
+        lab_build.build(sol, labs, log=lambda *_: None)
+    assert lab_path.read_text() == mine
+    lab_build.build(sol, labs, force=True, log=lambda *_: None)
+    assert (labs / "demo_lab.ipynb.bak1").read_text() == mine
+    assert lab_build.check(sol, labs) == []
+
+
+def test_a_solution_without_markers_cannot_become_a_lab(tmp_path):
+    sol = tmp_path / "solutions"
+    _write(sol / "plain.ipynb", [new_code_cell("x = 1")])
+    with pytest.raises(lab_build.LabBuildError, match="no '# BEGIN SOLUTION <id>' markers"):
+        lab_build.build(sol, tmp_path / "labs")
+
+
+def test_repository_labs_are_up_to_date(run_cli):
+    result = run_cli("ortlab.labs", "check")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- checks ----------------------------------------------------------------------------------
+
+def test_check_function_passes_the_reference_itself():
+    f = lambda x: x * 2
+    assert checks.evaluate("double", lambda: checks.compare(f(np.ones(3)), np.full(3, 2.0))).status == "pass"
+
+
+@pytest.mark.parametrize("learner, words", [
+    (lambda x: x.T, "wrong shape: expected (2, 3), got (3, 2)"),
+    (lambda x: x + (x > 1), "wrong values: largest difference 1 at index (0, 2) (got 3.0, expected 2.0)"),
+    (lambda x: x.reshape(5), "your code raised ValueError"),
+])
+def test_check_function_says_what_is_wrong_and_where(learner, words, capsys):
+    checks.check_function("ident", learner, lambda x: x, [np.arange(6.0).reshape(2, 3)])
+    out = capsys.readouterr().out
+    assert out.startswith("[FAIL] exercise 'ident': for inputs (float64[2, 3])")
+    assert words in out
+    assert "Traceback" not in out
+
+
+def test_not_implemented_is_not_done_and_missing_names_are_explained():
+    def stub(x):
+        raise NotImplementedError("exercise 'f' is not done yet")
+    result = checks.evaluate("f", lambda: checks.compare(stub(1), 1))
+    assert (result.status, result.message) == ("not done", "exercise 'f' is not done yet")
+    result = checks.evaluate("g", lambda: undefined_name)  # noqa: F821
+    assert result.status == "fail" and "run the exercise's cell first" in result.message
+
+
+def test_compare_nested_results_and_counts():
+    assert checks.compare((1, np.zeros(2)), (1, np.zeros(2))) is None
+    assert "expected 2 values" in checks.compare((1,), (1, 2))
+    assert "result[1]: wrong values" in checks.compare((1, 3), (1, 2))
+
+
+def test_check_result_carries_json_for_the_grader():
+    result = checks.CheckResult("x", "fail", "why")
+    bundle = result._repr_mimebundle_()
+    assert bundle["text/plain"] == "[FAIL] exercise 'x': why"
+    assert checks.CheckResult.from_json(bundle[checks.CHECK_MIME]) == result
+
+
+# --- grading ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda p: p.name)
+def test_grading_a_solution_passes_every_exercise(solution, run_cli):
+    result = run_cli("ortlab.labs", "grade", solution)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "FAIL" not in result.stdout and "not done" not in result.stdout
+
+
+def _untouched_labs(tmp_path):
+    labs = sorted((ROOT / "labs").glob("*.ipynb"))
+    lab_build.build(FIXTURES / "solutions", tmp_path, log=lambda *_: None)
+    return labs + sorted(tmp_path.glob("*.ipynb"))
+
+
+def test_grading_untouched_labs_reports_every_exercise_not_done(tmp_path):
+    for lab in _untouched_labs(tmp_path):
+        before = lab.read_bytes()
+        results, problem = grade.grade(lab, timeout=300)
+        assert problem is None, (lab, problem)
+        exercises = nbformat.read(lab, as_version=4).metadata["ortlab"]["lab"]["exercises"]
+        assert [r.exercise for r in results] == exercises
+        assert {r.status for r in results} == {"not done"}, (lab, results)
+        assert lab.read_bytes() == before  # the learner's file is never written
+
+
+def test_grading_a_wrong_answer_reports_the_failure(tmp_path, run_cli):
+    lab_build.build(FIXTURES / "solutions", tmp_path, log=lambda *_: None)
+    path = tmp_path / "demo_lab.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[2].source = "def relu(x):\n    return np.abs(x)"
+    nb.cells[4].source = "total = 45"
+    nbformat.write(nb, path)
+    result = run_cli("ortlab.labs", "grade", path)
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert any(l.startswith("relu") and "fail" in l and "wrong values" in l for l in lines), result.stdout
+    assert any(l.startswith("total") and "pass" in l for l in lines), result.stdout
+    assert "1 of 2 exercises pass" in result.stdout
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda p: p, "no such file"),
+    (lambda p: (p.write_text("{not json"), p)[1], "is not a Jupyter notebook"),
+    (lambda p: _write(p, [new_code_cell("x = 1")]), "is not an ortlab lab"),
+], ids=["missing", "not-a-notebook", "not-a-lab"])
+def test_bad_notebooks_get_one_line_and_nonzero_exit(make, words, tmp_path, run_cli):
+    path = make(tmp_path / "x.ipynb")
+    result = run_cli("ortlab.labs", "grade", path)
+    assert result.returncode == 2
+    assert words in result.stderr and "Traceback" not in result.stderr + result.stdout
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("code, timeout, words", [
+    ("import os\nos._exit(1)", 60, "the kernel died in cell 2"),
+    ("import time\ntime.sleep(60)", 8, "ran past its time limit of 8 s"),
+], ids=["kernel-dies", "time-limit"])
+def test_dead_or_slow_kernels_are_explained(code, timeout, words, tmp_path, run_cli):
+    path = _write(tmp_path / "bad.ipynb", [
+        new_code_cell("from ortlab.labs import check_value"),
+        new_code_cell("# BEGIN SOLUTION a\na = 1\n# END SOLUTION"),
+        new_code_cell(code),
+        new_code_cell('check_value("a", lambda: a, 1)')])
+    result = run_cli("ortlab.labs", "grade", path, "--timeout", timeout)
+    assert result.returncode == 1
+    assert words in result.stdout and "Traceback" not in result.stdout + result.stderr
+    assert "a  " in result.stdout and "not done" in result.stdout

@@ -1,0 +1,94 @@
+"""ortlab.viz: Netron served on loopback, stable displays, no leaked servers."""
+import threading
+import urllib.request
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from ortlab import OrtlabError, viz
+
+
+def tiny_model():
+    node = helper.make_node("Relu", ["X"], ["Y"], name="relu_node")
+    graph = helper.make_graph([node], "tiny",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2])])
+    return helper.make_model(graph)
+
+
+def netron_threads():
+    return [t for t in threading.enumerate() if type(t).__name__ == "_HTTPServerThread" and t.alive()]
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    viz.stop_all()
+    yield
+    viz.stop_all()
+
+
+def test_show_serves_on_loopback_and_the_page_and_model_load():
+    view = viz.show(tiny_model())
+    assert view.url.startswith("http://127.0.0.1:")
+    assert all(t.address[0] == "127.0.0.1" for t in netron_threads())
+    page = urllib.request.urlopen(view.url, timeout=10).read().decode()
+    assert "netron" in page.lower()
+    assert '<meta name="date"' not in page  # else Netron stops 180 days after its release
+    data = urllib.request.urlopen(view.url + "data/" + view.path.name, timeout=10).read()
+    assert onnx.load_from_string(data).graph.node[0].name == "relu_node"
+
+
+def test_display_is_stable_across_runs():
+    first = viz.show(tiny_model())
+    text, html = repr(first), first._repr_html_()
+    viz.stop_all()
+    second = viz.show(tiny_model())
+    assert repr(second) == text  # no port, no temp path: nbval compares it as is
+    assert html.replace(str(first.port), "P") == second._repr_html_().replace(str(second.port), "P")
+
+
+def test_repeated_shows_do_not_leak_or_collide():
+    views = [viz.show(tiny_model()) for _ in range(3)]
+    assert len(viz.running()) == 1 and len(netron_threads()) == 1
+    assert views[-1].path == views[0].path
+    for i in range(viz.MAX_SERVERS + 3):
+        model = tiny_model()
+        model.graph.name = f"g{i}"
+        viz.show(model)
+    ports = [v.port for v in viz.running()]
+    assert len(ports) == viz.MAX_SERVERS == len(set(ports)) == len(netron_threads())
+    viz.stop_all()
+    assert viz.running() == [] and netron_threads() == []
+
+
+def test_show_a_path(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(tiny_model(), path)
+    assert viz.show(path).path == path.resolve()
+
+
+@pytest.mark.parametrize("bad, words", [("missing.onnx", "no such model file"), (42, "not int")])
+def test_bad_input_is_explained(bad, words):
+    with pytest.raises(OrtlabError, match=words):
+        viz.show(bad)
+
+
+def test_node_table_lists_every_node_including_unnamed_ones():
+    model = tiny_model()
+    model.graph.node.append(helper.make_node("Gelu", ["Y"], ["Z"], domain="com.microsoft"))
+    table = viz.node_table(model)
+    assert table.rows == [(0, "relu_node", "Relu", "X", "Y"), (1, "(no name)", "com.microsoft:Gelu", "Y", "Z")]
+    assert repr(table).splitlines()[0].split() == ["index", "name", "op", "inputs", "outputs"]
+    assert "<td>com.microsoft:Gelu</td>" in table._repr_html_()
+
+
+def test_two_models_served_at_once_each_serve_their_own():
+    a, b = tiny_model(), tiny_model()
+    b.graph.node[0].name = "other_node"
+    va, vb = viz.show(a), viz.show(b)
+    for view, name in ((va, "relu_node"), (vb, "other_node")):
+        page = urllib.request.urlopen(view.url, timeout=10).read().decode()
+        assert f'content="/data/{view.path.name}"' in page
+        data = urllib.request.urlopen(view.url + "data/" + view.path.name, timeout=10).read()
+        assert onnx.load_from_string(data).graph.node[0].name == name

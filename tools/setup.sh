@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Set up the ortlab environment; each step is skipped when it is already done.
+#   ORTLAB_VENV=DIR          where the virtual environment lives (default: .venv)
+#   ORTLAB_USE_ACTIVE_ENV=1  use the python on PATH (e.g. the conda env of
+#                            environment.yml) instead of creating a venv
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+say() { printf '[setup] %s\n' "$*"; }
+
+if [ "${ORTLAB_USE_ACTIVE_ENV:-0}" = 1 ]; then
+    py=$(command -v python)
+    env_dir=$(dirname "$(dirname "$py")")
+    flavour=existing
+else
+    env_dir=${ORTLAB_VENV:-.venv}
+    flavour=cpu
+    if [ ! -x "$env_dir/bin/python" ]; then
+        base=${ORTLAB_PYTHON:-$(command -v python3.11 || command -v python3)}
+        "$base" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' || {
+            say "ortlab needs Python 3.11 (onnxruntime-training 1.19.2 has no wheels for newer);"
+            say "set ORTLAB_PYTHON=/path/to/python3.11"; exit 1; }
+        say "creating the virtual environment in $env_dir"
+        "$base" -m venv "$env_dir"
+    fi
+    py=$env_dir/bin/python
+fi
+
+stamp_dir=$env_dir/.ortlab
+mkdir -p "$stamp_dir"
+deps_key=$(cat pyproject.toml | sha256sum | cut -c1-16)-$flavour
+if [ "$(cat "$stamp_dir/deps" 2>/dev/null)" != "$deps_key" ]; then
+    if [ "$flavour" = existing ]; then
+        say "installing ortlab (no dependencies) into $env_dir"
+        "$py" -m pip install --quiet --no-deps -e .
+    else
+        say "installing dependencies into $env_dir (a few minutes the first time)"
+        "$py" -m pip install --quiet --upgrade pip
+        "$py" -m pip install --quiet -e ".[cpu]"
+    fi
+    "$py" - <<'PY'
+from importlib.metadata import distributions
+names = {d.metadata["Name"].lower() for d in distributions()}
+ort = sorted(n for n in names if n.startswith("onnxruntime"))
+if len(ort) != 1 or not ort[0].startswith("onnxruntime-training"):
+    raise SystemExit(f"[setup] expected exactly one onnxruntime-training wheel, found {ort}: "
+                     "uninstall the others (they all provide the module `onnxruntime`)")
+PY
+    echo "$deps_key" > "$stamp_dir/deps"
+    rm -f "$stamp_dir/extensions"
+fi
+
+if [ ! -f "$stamp_dir/extensions" ]; then
+    say "building ORTModule's C++ extensions (about 3 minutes on 2 cores)"
+    "$py" -m onnxruntime.training.ortmodule.torch_cpp_extensions.install > "$stamp_dir/extensions.log" 2>&1 || {
+        tail -n 30 "$stamp_dir/extensions.log"; say "extension build failed (log: $stamp_dir/extensions.log)"; exit 1; }
+    touch "$stamp_dir/extensions"
+fi
+
+if [ ! -f "$env_dir/share/jupyter/kernels/ortlab/kernel.json" ]; then
+    say "registering the Jupyter kernel 'ortlab'"
+    "$py" -m ipykernel install --sys-prefix --name ortlab --display-name "Python (ortlab)" > /dev/null
+fi
+say "ready in $(( $(date +%s) - start )) s: $py"
