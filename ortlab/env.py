@@ -4,7 +4,9 @@ Mirrors what ORT itself reports through `onnxruntime.get_available_providers()`
 (onnxruntime/python/onnxruntime_pybind_state.cc) and `onnxruntime.get_device()`.
 `python -m ortlab.env` prints the report.
 """
+import contextlib
 import importlib
+import io
 import importlib.metadata
 import os
 import platform
@@ -39,10 +41,20 @@ def onnxruntime_distribution():
     return None, None
 
 
+def quiet_import(name):
+    """Import a module, dropping what it prints on stderr while importing.
+
+    The training build's `import onnxruntime` imports torch.utils.cpp_extension, which
+    prints a CUDA_HOME notice on machines with a CUDA toolkit but no GPU.
+    """
+    with contextlib.redirect_stderr(io.StringIO()):
+        return importlib.import_module(name)
+
+
 def has_training_build():
     """True when `onnxruntime.training` (ORTModule, the training API) can be imported."""
     try:
-        importlib.import_module("onnxruntime.training")
+        quiet_import("onnxruntime.training")
     except ImportError:
         return False
     return True
@@ -60,9 +72,9 @@ def has_ortmodule_extensions():
 
 def cuda_available():
     """True when torch sees a CUDA GPU and ORT has its CUDA execution provider."""
-    import onnxruntime
     import torch
 
+    onnxruntime = quiet_import("onnxruntime")
     return torch.cuda.is_available() and _ORT_PROVIDER["cuda"] in onnxruntime.get_available_providers()
 
 
@@ -128,7 +140,7 @@ def _device_name(dev):
 def report():
     """Versions of the stack, whether the training build and ORTModule's extensions are present,
     the device in use and ORT's available execution providers."""
-    import onnxruntime
+    onnxruntime = quiet_import("onnxruntime")
 
     dist, ort_version = onnxruntime_distribution()
     dev = device()

@@ -36,13 +36,14 @@ class NetronView:
     port: int
     height: int = 500
     thread: object = field(default=None, repr=False, compare=False)
+    name: str = ""
 
     @property
     def url(self):
         return f"http://{HOST}:{self.port}/"
 
     def __repr__(self):
-        return f"NetronView('{self.path.name}' served on {HOST})"
+        return f"NetronView('{self.name or self.path.name}' served on {HOST})"
 
     def _repr_html_(self):
         return (f'<iframe src="{html.escape(self.url)}" width="100%" height="{self.height}" '
@@ -128,7 +129,8 @@ def show(model_or_path, height=500):
     while len(_servers) >= MAX_SERVERS:
         next(iter(_servers.values())).stop()
     thread = _serve(path)
-    view = NetronView(path, thread.address[1], height, thread)
+    name = model_or_path.graph.name if isinstance(model_or_path, onnx.ModelProto) else ""
+    view = NetronView(path, thread.address[1], height, thread, name)
     _servers[path] = view
     return view
 

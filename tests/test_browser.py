@@ -4,13 +4,14 @@ Headless Debian chromium through chromedriver. Where ORTLAB_REQUIRE_BROWSER=1
 (as .ci/run sets) a missing browser fails these tests instead of skipping them.
 """
 import os
+import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -92,46 +93,50 @@ def free_port():
 
 @pytest.fixture
 def jupyterlab(tmp_path):
-    """JupyterLab on 127.0.0.1 with a token, serving a copy of notebooks/ (never the originals)."""
+    """Run README command 1's launcher (tools/lab.sh) with a token and a free port, serving a
+    copy of notebooks/ (JupyterLab may save what it opens). Its "web browser" is a script that
+    records what JupyterLab asks it to open; yields that."""
     root = tmp_path / "root"
     shutil.copytree(ROOT / "notebooks", root / "notebooks")
-    port, token = free_port(), secrets.token_hex(16)
-    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "ws"))
-    log = open(tmp_path / "jupyter.log", "w")
+    opened = tmp_path / "opened.txt"
+    recorder = tmp_path / "browser.sh"
+    recorder.write_text(f'#!/bin/sh\necho "$1" > {opened}\n')
+    recorder.chmod(0o755)
+    env = dict(os.environ, ORTLAB_LAB_ROOT=str(root), BROWSER=f"{recorder} %s",
+               JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"), JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "ws"))
+    log_path = tmp_path / "jupyter.log"
+    log = open(log_path, "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+        ["bash", str(ROOT / "tools" / "lab.sh"), f"--ServerApp.port={free_port()}",
+         "--ServerApp.port_retries=0", f"--IdentityProvider.token={secrets.token_hex(16)}",
          "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        stdout=log, stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
-    def up():
-        try:
-            return urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2).status == 200
-        except OSError:
-            return proc.poll() is not None and pytest.fail((tmp_path / "jupyter.log").read_text())
+    def target():
+        if proc.poll() is not None:
+            pytest.fail(f"tools/lab.sh exited:\n{log_path.read_text()}")
+        return opened.exists() and opened.read_text().strip()
     try:
-        wait_for(up, timeout=90, what="JupyterLab to start")
-        yield base, token
+        yield wait_for(target, timeout=120, what="JupyterLab to open a browser")
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
         log.close()
 
 
-def test_jupyterlab_opens_the_welcome_notebook(browser, jupyterlab):
+def test_readme_lab_command_opens_the_welcome_notebook(browser, jupyterlab):
     import nbformat
 
-    base, token = jupyterlab
     nb = nbformat.read(ROOT / "notebooks" / "00_welcome.ipynb", as_version=4)
     first = next(c.source for c in nb.cells if c.cell_type == "markdown")
     heading = next(l for l in first.splitlines() if l.startswith("# "))[2:].strip()
-    browser.get(f"{base}/lab/tree/notebooks/00_welcome.ipynb?token={token}")
+    browser.get(jupyterlab if "://" in jupyterlab else Path(jupyterlab).as_uri())
     script = ("return Array.from(document.querySelectorAll('.jp-RenderedMarkdown h1'))"
               ".filter(h => h.offsetParent !== null).map(h => h.textContent)")
     shown = wait_for(lambda: browser.execute_script(script), timeout=120,
                      what="the notebook's first heading")
     screenshot(browser, "jupyterlab.png")
+    assert browser.current_url.startswith("http://127.0.0.1:"), browser.current_url
+    assert "/lab/tree/notebooks/00_welcome.ipynb" in browser.current_url, browser.current_url
     assert any(h.replace("¶", "").strip() == heading for h in shown), shown

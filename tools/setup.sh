@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 say() { printf '[setup] %s\n' "$*"; }
+# pip, without the lines a machine's pip.conf may add for index folders it lacks
+pip_install() { "$py" -m pip install --quiet "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }; }
 
 if [ "${ORTLAB_USE_ACTIVE_ENV:-0}" = 1 ]; then
     py=$(command -v python)
@@ -32,11 +34,11 @@ deps_key=$(cat pyproject.toml | sha256sum | cut -c1-16)-$flavour
 if [ "$(cat "$stamp_dir/deps" 2>/dev/null)" != "$deps_key" ]; then
     if [ "$flavour" = existing ]; then
         say "installing ortlab (no dependencies) into $env_dir"
-        "$py" -m pip install --quiet --no-deps -e .
+        pip_install --no-deps -e .
     else
         say "installing dependencies into $env_dir (a few minutes the first time)"
-        "$py" -m pip install --quiet --upgrade pip
-        "$py" -m pip install --quiet -e ".[cpu]"
+        pip_install --upgrade pip
+        pip_install -e ".[cpu]"
     fi
     "$py" - <<'PY'
 from importlib.metadata import distributions

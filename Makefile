@@ -1,0 +1,24 @@
+# The two commands of the README:
+#   make lab    set up (first time: a few minutes) and open JupyterLab at notebooks/00_welcome.ipynb
+#   make test   set up if needed and run the whole test suite (unit tests, nbval, lab checks)
+# With the conda environment of environment.yml active: ORTLAB_USE_ACTIVE_ENV=1 make test
+VENV ?= .venv
+export ORTLAB_VENV := $(VENV)
+ifeq ($(ORTLAB_USE_ACTIVE_ENV),1)
+PY := python
+else
+PY := $(VENV)/bin/python
+endif
+
+.PHONY: setup lab test labs
+setup:
+	@bash tools/setup.sh
+
+lab:
+	@bash tools/lab.sh
+
+test: setup
+	$(PY) -m pytest
+
+labs: setup
+	$(PY) -m ortlab.labs build

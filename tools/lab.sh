@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Set up if needed, then open JupyterLab on 127.0.0.1 at notebooks/00_welcome.ipynb.
+# Extra arguments go to `jupyter lab` (e.g. --no-browser --ServerApp.port=8890).
+# ORTLAB_LAB_ROOT serves another copy of the lab (the browser test uses this).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+bash "$repo/tools/setup.sh"
+if [ "${ORTLAB_USE_ACTIVE_ENV:-0}" = 1 ]; then py=python; else py=$repo/${ORTLAB_VENV:-.venv}/bin/python; fi
+case "$py" in /*|python) ;; *) py=$repo/$py ;; esac
+as_root=(); [ "$(id -u)" = 0 ] && as_root=(--allow-root)  # containers often run as root
+cd "${ORTLAB_LAB_ROOT:-$repo}"
+exec "$py" -m jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. "${as_root[@]}" "$@" \
+    notebooks/00_welcome.ipynb
