@@ -1,0 +1,362 @@
+"""Graph: nodes, NodeArgs, inputs, outputs and initializers, with producer/consumer maps.
+
+Mirrors include/onnxruntime/core/graph/graph.h and onnxruntime/core/graph/graph.cc
+(Graph::Resolve, GetProducerNode, GetConsumerNodes, GetOrCreateNodeArg, AddNode,
+RemoveNode) and the edge helpers of onnxruntime/core/optimizer/utils/graph_utils.h.
+The maps change only through Graph methods, so they are always right.
+"""
+import copy
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+
+from ortlab.errors import OrtlabError
+from ortlab.ir.node import Node
+from ortlab.ir.node_arg import NodeArg, type_of_tensor
+from ortlab.ir import topological_order as orders
+
+# Domains whose schemas live in ORT's C++ only; onnx.defs cannot check their ops.
+ORT_DOMAINS = ("com.microsoft", "com.microsoft.nchwc", "com.microsoft.internal.nhwc")
+
+
+class GraphError(OrtlabError):
+    """A graph is not valid: see the message for what and where."""
+
+
+class UnknownOpError(GraphError):
+    """A node's op (or its domain or opset) is not known."""
+
+
+class MissingInputError(GraphError):
+    """A node reads a value that no node, graph input or initializer provides."""
+
+
+class DuplicateProducerError(GraphError):
+    """Two nodes produce the same value (ONNX graphs are in single-assignment form)."""
+
+
+GraphCycleError = orders.GraphCycleError
+
+
+class Graph:
+    """A mutable ONNX graph with ORT's bookkeeping: node indices, NodeArgs, producers, consumers."""
+
+    def __init__(self, name="graph", opset_imports=None):
+        self.name = name
+        self.opset_imports = dict(opset_imports or {"": 17})
+        self.inputs, self.outputs = [], []
+        self.initializers = {}
+        self._nodes = []  # index -> Node, None once removed (indices are never reused)
+        self._args = {}
+        self._producers, self._consumers = {}, {}
+        self._missing = NodeArg("", graph=self)
+        self.model_fields = {}  # ir_version, producer, metadata, functions, ... kept for to_model()
+        self.doc_string = ""
+
+    # --- loading and saving ------------------------------------------------------------------
+
+    @classmethod
+    def from_model(cls, model):
+        """Build a Graph from an onnx.ModelProto (or a path to one)."""
+        if isinstance(model, (str, Path)):
+            model = load_model(model)
+        if not isinstance(model, onnx.ModelProto):
+            raise GraphError(f"from_model() takes an onnx.ModelProto or a path, not {type(model).__name__}")
+        g = model.graph
+        graph = cls(g.name, {o.domain: o.version for o in model.opset_import})
+        graph.doc_string = g.doc_string
+        keep = ("ir_version", "producer_name", "producer_version", "domain", "model_version",
+                "doc_string", "metadata_props", "functions", "training_info", "opset_import")
+        graph.model_fields = {f: copy.deepcopy(getattr(model, f)) for f in keep}
+        graph.model_fields["sparse_initializer"] = copy.deepcopy(g.sparse_initializer)
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            graph.get_or_create_node_arg(vi.name, vi.type if vi.HasField("type") else None)
+        for tensor in g.initializer:
+            graph.initializers[tensor.name] = tensor
+            graph.get_or_create_node_arg(tensor.name, type_of_tensor(tensor))
+        graph.inputs = [vi.name for vi in g.input]
+        graph.outputs = [vi.name for vi in g.output]
+        for n in g.node:
+            graph.add_node(n.op_type, list(n.input), list(n.output), name=n.name,
+                           domain=n.domain, _attributes=n.attribute, _doc=n.doc_string)
+        return graph
+
+    @classmethod
+    def load(cls, path):
+        return cls.from_model(load_model(path))
+
+    def to_model(self):
+        """An onnx.ModelProto: nodes in index order when that is topological, else in ORT's
+        default order (as Graph::ToGraphProto writes them); value_info for every known type."""
+        try:
+            order = self.nodes() if orders.is_topological(self.nodes()) else orders.reverse_dfs_order(self)
+        except orders.GraphCycleError:
+            order = self.nodes()  # keep what we have; resolve() explains the cycle
+        special = set(self.inputs) | set(self.outputs) | set(self.initializers)
+        value_info = [self._value_info(a) for n, a in self._args.items()
+                      if n not in special and a.type_proto is not None]
+        graph = helper.make_graph([n.to_proto() for n in order], self.name,
+                                  [self._value_info(self._args[n]) for n in self.inputs],
+                                  [self._value_info(self._args[n]) for n in self.outputs],
+                                  list(self.initializers.values()), doc_string=self.doc_string or None,
+                                  value_info=value_info)
+        fields = self.model_fields
+        graph.sparse_initializer.extend(fields.get("sparse_initializer", []))
+        original = {(o.domain, o.version): o for o in fields.get("opset_import", [])}
+        model = helper.make_model(graph, opset_imports=[original.get((d, v)) or helper.make_opsetid(d, v)
+                                                        for d, v in self.opset_imports.items()])
+        for name in ("ir_version", "producer_name", "producer_version", "domain", "model_version",
+                     "doc_string"):
+            if fields.get(name):
+                setattr(model, name, fields[name])
+        if "ir_version" not in fields:
+            model.ir_version = 8  # what onnxruntime 1.19.2 reads comfortably
+        for name in ("metadata_props", "functions", "training_info"):
+            getattr(model, name).extend(fields.get(name, []))
+        return model
+
+    def save(self, path):
+        onnx.save(self.to_model(), str(path))
+        return Path(path)
+
+    @staticmethod
+    def _value_info(arg):
+        vi = onnx.ValueInfoProto(name=arg.name)
+        if arg.type_proto is not None:
+            vi.type.CopyFrom(arg.type_proto)
+        return vi
+
+    # --- NodeArgs ----------------------------------------------------------------------------
+
+    def get_or_create_node_arg(self, name, type_proto=None):
+        """The NodeArg called `name`, created if new; the same object for the same name.
+
+        Like ORT's Graph::GetOrCreateNodeArg, a type given for an existing NodeArg is
+        used only when it had none.
+        """
+        if name == "":
+            return self._missing
+        arg = self._args.get(name)
+        if arg is None:
+            arg = self._args[name] = NodeArg(name, type_proto, self)
+        elif arg.type_proto is None and type_proto is not None:
+            arg.type_proto = type_proto
+        return arg
+
+    def node_arg(self, name):
+        """The NodeArg called `name`, or None (ORT's Graph::GetNodeArg)."""
+        return self._args.get(name)
+
+    def node_args(self):
+        return list(self._args.values())
+
+    # --- nodes -------------------------------------------------------------------------------
+
+    def nodes(self):
+        """Live nodes in index order."""
+        return [n for n in self._nodes if n is not None]
+
+    def node(self, index):
+        node = self._nodes[index] if 0 <= index < len(self._nodes) else None
+        if node is None:
+            raise GraphError(f"no node with index {index} (removed, or never added); "
+                             f"live indices: {[n.index for n in self.nodes()]}")
+        return node
+
+    @property
+    def max_node_index(self):
+        return len(self._nodes)
+
+    def add_node(self, op_type, inputs, outputs, name="", domain="", _attributes=(), _doc="",
+                 **attributes):
+        """Add a node (attributes as keyword arguments); returns it. Its index is the next free one."""
+        attrs = list(_attributes) + [helper.make_attribute(k, v) for k, v in attributes.items()]
+        node = Node(self, len(self._nodes), op_type,
+                    [self.get_or_create_node_arg(i) for i in inputs],
+                    [self.get_or_create_node_arg(o) for o in outputs],
+                    name=name, domain=domain, attributes=attrs, doc_string=_doc)
+        self._nodes.append(node)
+        for arg in node.inputs:
+            if arg.exists():
+                self._consumers.setdefault(arg.name, []).append(node.index)
+        for arg in node.outputs:
+            if arg.exists():
+                self._producers.setdefault(arg.name, []).append(node.index)
+        return node
+
+    def remove_node(self, node):
+        """Remove a node and its edges (ORT's Graph::RemoveNode). Its index is not reused."""
+        node = self._live(node)
+        for arg in node.inputs:
+            self._unlink(self._consumers, arg.name, node.index)
+        for arg in node.outputs:
+            self._unlink(self._producers, arg.name, node.index)
+        self._nodes[node.index] = None
+
+    def producer(self, name):
+        """The node producing `name`, or None for graph inputs and initializers (GetProducerNode)."""
+        found = self._producers.get(name, [])
+        if len(found) > 1:
+            raise DuplicateProducerError(self._duplicate_message(name, found))
+        return self._nodes[found[0]] if found else None
+
+    def consumers(self, name):
+        """Nodes reading `name`, each once, in index order (GetConsumerNodes)."""
+        return [self._nodes[i] for i in sorted(set(self._consumers.get(name, [])))]
+
+    # --- rewiring (what transformers use) ----------------------------------------------------
+
+    def replace_node_input(self, node, index, name):
+        """Make input `index` of `node` read `name` (graph_utils::ReplaceNodeInput)."""
+        node = self._live(node)
+        self._unlink(self._consumers, node.inputs[index].name, node.index)
+        node.inputs[index] = self.get_or_create_node_arg(name)
+        if name:
+            self._consumers.setdefault(name, []).append(node.index)
+
+    def replace_node_output(self, node, index, name):
+        """Make output `index` of `node` write `name`."""
+        node = self._live(node)
+        self._unlink(self._producers, node.outputs[index].name, node.index)
+        node.outputs[index] = self.get_or_create_node_arg(name)
+        if name:
+            self._producers.setdefault(name, []).append(node.index)
+
+    def replace_all_uses(self, old, new, exclude=()):
+        """Every consumer of `old` (and the graph outputs) reads `new` instead, except the
+        nodes in `exclude` (e.g. a node just inserted after `old`). Mirrors
+        graph_utils::ReplaceDownstreamNodeInput and GraphEdge::RemoveGraphEdges + re-add."""
+        skip = {n if isinstance(n, int) else n.index for n in exclude}
+        for consumer in self.consumers(old):
+            if consumer.index in skip:
+                continue
+            for i, arg in enumerate(consumer.inputs):
+                if arg.name == old:
+                    self.replace_node_input(consumer, i, new)
+        self.outputs = [new if o == old else o for o in self.outputs]
+        self.get_or_create_node_arg(new)
+
+    # --- initializers and graph inputs/outputs -----------------------------------------------
+
+    def add_initializer(self, name, value):
+        """Add (or replace) an initializer from a numpy array or a TensorProto."""
+        tensor = value if isinstance(value, onnx.TensorProto) else numpy_helper.from_array(
+            np.asarray(value), name)
+        tensor.name = name
+        self.initializers[name] = tensor
+        arg = self.get_or_create_node_arg(name)
+        arg.type_proto = type_of_tensor(tensor)
+        return arg
+
+    def remove_initializer(self, name):
+        self.initializers.pop(name, None)
+        if name in self.inputs:
+            self.inputs.remove(name)
+
+    def initializer_value(self, name):
+        return numpy_helper.to_array(self.initializers[name])
+
+    # --- Resolve -----------------------------------------------------------------------------
+
+    def resolve(self, infer_shapes=True):
+        """Check the graph and infer types and shapes; returns the nodes in ORT's default order.
+
+        Like ORT's Graph::Resolve: every value has exactly one source, every op is known
+        for the model's opset, the graph is acyclic, then type and shape inference
+        (onnx.shape_inference) fills in the NodeArgs. Raises a GraphError subclass.
+        """
+        for name, found in self._producers.items():
+            if len(found) > 1:
+                raise DuplicateProducerError(self._duplicate_message(name, found))
+        sources = set(self.inputs) | set(self.initializers) | set(self._producers)
+        for node in self.nodes():
+            for arg in node.inputs:
+                if arg.exists() and arg.name not in sources:
+                    raise MissingInputError(
+                        f"node {_label(node)} reads '{arg.name}', which no node produces and which "
+                        "is neither a graph input nor an initializer; add a producer, make it a graph "
+                        "input, or fix the name")
+            self._check_op(node)
+        for name in self.outputs:
+            if name not in sources:
+                raise MissingInputError(f"graph output '{name}' is produced by no node")
+        order = orders.reverse_dfs_order(self)
+        if infer_shapes:
+            self._infer_shapes()
+        return order
+
+    def topological_order(self, kind="default"):
+        """Nodes in ORT's DEFAULT (reverse DFS) or PRIORITY_BASED (Kahn) order."""
+        return orders.topological_order(self, kind)
+
+    def _check_op(self, node):
+        domain = node.domain or ""
+        version = self.opset_imports.get(domain)
+        if version is None and domain == "ai.onnx":
+            version = self.opset_imports.get("")
+        if version is None:
+            raise UnknownOpError(f"node {_label(node)} uses domain '{domain or 'ai.onnx'}', which the "
+                                 f"model does not import; add opset_import('{domain}', <version>)")
+        if domain in ORT_DOMAINS:
+            return  # ORT's C++ schemas: checked by onnxruntime when a session loads the model
+        if any(f.name == node.op_type and f.domain == domain for f in self.model_fields.get("functions", [])):
+            return
+        try:
+            onnx.defs.get_schema(node.op_type, version, domain)
+        except onnx.defs.SchemaError:
+            known = onnx.defs.has(node.op_type, domain)
+            why = (f"its first version is newer than opset {version}; raise the model's opset "
+                   "import" if known else "no schema with that name exists in that domain; check the "
+                   "spelling, or register a schema (onnx.defs.register_schema) or a model function")
+            raise UnknownOpError(f"node {_label(node)}: op '{node.op_type}' of domain "
+                                 f"'{domain or 'ai.onnx'}' is not known at opset {version}: {why}") from None
+
+    def _infer_shapes(self):
+        try:
+            inferred = shape_inference.infer_shapes(self.to_model(), strict_mode=False)
+        except Exception as exc:
+            raise GraphError(f"type and shape inference failed: {str(exc).splitlines()[0]}") from None
+        g = inferred.graph
+        for vi in list(g.value_info) + list(g.output) + list(g.input):
+            if vi.name in self._args and vi.HasField("type"):
+                self._args[vi.name].type_proto = vi.type
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _live(self, node):
+        index = node if isinstance(node, int) else node.index
+        return self.node(index)
+
+    @staticmethod
+    def _unlink(table, name, index):
+        if name and index in table.get(name, []):
+            table[name].remove(index)
+            if not table[name]:
+                del table[name]
+
+    def _duplicate_message(self, name, found):
+        who = " and ".join(_label(self._nodes[i]) for i in found)
+        return (f"'{name}' is produced by {who}; each value must have exactly one producer. "
+                "Rename one of the outputs")
+
+    def __repr__(self):
+        return (f"Graph('{self.name}': {len(self.nodes())} nodes, inputs={self.inputs}, "
+                f"outputs={self.outputs}, {len(self.initializers)} initializers)")
+
+
+def _label(node):
+    return f"'{node.name}' (#{node.index} {node.op_type})" if node.name else f"#{node.index} {node.op_type} (no name)"
+
+
+def load_model(path):
+    """onnx.load with an OrtlabError that says what went wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise GraphError(f"{path}: no such model file")
+    try:
+        return onnx.load(str(path))
+    except Exception as exc:
+        raise GraphError(f"{path} is not a readable ONNX model ({type(exc).__name__}); "
+                         "is it a .onnx file?") from None

@@ -1,0 +1,102 @@
+"""Node: one operator call in a graph.
+
+Mirrors include/onnxruntime/core/graph/graph.h (class Node). An Op is the
+definition (a schema: op type, domain, since-version, inputs, outputs,
+attributes); a Node is one use of an op in one graph, identified by its index.
+"""
+import weakref
+
+import onnx
+from onnx import helper
+
+
+class Node:
+    """A node: index (identity), name (may be empty), op type, domain, attributes, inputs, outputs."""
+
+    def __init__(self, graph, index, op_type, inputs, outputs, name="", domain="",
+                 attributes=(), doc_string=""):
+        self._graph = weakref.ref(graph)
+        self.index = index
+        self.name = name
+        self.op_type = op_type
+        self.domain = domain
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.attribute_protos = {a.name: a for a in attributes}
+        self.doc_string = doc_string
+
+    @property
+    def graph(self):
+        return self._graph()
+
+    @property
+    def attributes(self):
+        """Attribute values as Python objects (ints, floats, strings, lists, tensors)."""
+        return {n: helper.get_attribute_value(a) for n, a in self.attribute_protos.items()}
+
+    def attribute(self, name, default=None):
+        """One attribute's value, or `default` when the node does not set it."""
+        proto = self.attribute_protos.get(name)
+        value = default if proto is None else helper.get_attribute_value(proto)
+        return value.decode() if isinstance(value, bytes) else value
+
+    def set_attribute(self, name, value):
+        self.attribute_protos[name] = helper.make_attribute(name, value)
+
+    @property
+    def input_names(self):
+        return [a.name for a in self.inputs]
+
+    @property
+    def output_names(self):
+        return [a.name for a in self.outputs]
+
+    def input_nodes(self):
+        """Producers of this node's inputs (ORT's Node::InputNodesBegin/End), one per edge."""
+        return [p for a in self.inputs if a.exists() and (p := self.graph.producer(a.name))]
+
+    def output_nodes(self):
+        """Consumers of this node's outputs (ORT's Node::OutputNodesBegin/End), one per edge."""
+        found = []
+        for a in self.outputs:
+            if a.exists():
+                for c in self.graph.consumers(a.name):
+                    found += [c] * c.input_names.count(a.name)
+        return found
+
+    @property
+    def since_version(self):
+        """The opset version of the schema this node resolves to, or None without a schema."""
+        schema = self.schema
+        return None if schema is None else schema.since_version
+
+    @property
+    def schema(self):
+        """The onnx.defs.OpSchema this node resolves to under the model's opset, or None.
+
+        None for domains whose schemas onnx.defs does not hold, such as ORT's own
+        com.microsoft ops (registered in C++: onnxruntime/core/graph/contrib_ops/
+        contrib_defs.cc and orttraining/.../training_op_defs.cc).
+        """
+        version = self.graph.opset_imports.get(self.domain or "")
+        if version is None:
+            return None
+        try:
+            return onnx.defs.get_schema(self.op_type, version, self.domain)
+        except onnx.defs.SchemaError:
+            return None
+
+    def to_proto(self):
+        """The NodeProto, attributes in the order they were set."""
+        optional = {"name": self.name, "domain": self.domain, "doc_string": self.doc_string}
+        proto = onnx.NodeProto(op_type=self.op_type, **{k: v for k, v in optional.items() if v})
+        proto.input.extend(self.input_names)
+        proto.output.extend(self.output_names)
+        proto.attribute.extend(self.attribute_protos.values())
+        return proto
+
+    def __repr__(self):
+        op = f"{self.domain}:{self.op_type}" if self.domain else self.op_type
+        name = repr(self.name) if self.name else "(no name)"
+        return (f"Node({self.index}, {name}, {op}, inputs={self.input_names}, "
+                f"outputs={self.output_names})")
