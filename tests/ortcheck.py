@@ -1,37 +1,17 @@
 """Helpers that ask the real ONNX Runtime, for tests to compare ortlab against."""
-import json
-import os
-import tempfile
-
 import numpy as np
-import onnxruntime as ort
 
-ORDERS = {"default": ort.ExecutionOrder.DEFAULT, "priority": ort.ExecutionOrder.PRIORITY_BASED}
+from ortlab import session
 
 
 def run(model, feeds, optimize=False):
-    so = ort.SessionOptions()
-    if not optimize:
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
+    """Outputs of `model` in ORT on the CPU, without graph optimizations unless asked."""
+    options = session.session_options("all" if optimize else "disable")
+    return session.create(model, options, ["CPUExecutionProvider"]).run(None, feeds)
 
 
 def execution_order(model, feeds, kind="default"):
-    """Names of the nodes in the order ORT's sequential executor ran them (from its profiler)."""
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.execution_order = ORDERS[kind]
-    so.enable_profiling = True
-    with tempfile.TemporaryDirectory() as tmp:
-        so.profile_file_prefix = os.path.join(tmp, "order")
-        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        sess.run(None, feeds)
-        with open(sess.end_profiling()) as f:
-            events = json.load(f)
-    suffix = "_kernel_time"
-    return [e["name"][: -len(suffix)] for e in events
-            if e.get("cat") == "Node" and e["name"].endswith(suffix)]
+    return session.execution_order(model, feeds, order=kind)
 
 
 def random_feeds(model, seed=0):

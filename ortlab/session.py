@@ -1,0 +1,139 @@
+"""Looking inside onnxruntime.InferenceSession: its initialization log, its optimized graph,
+its execution order, and one-node runs.
+
+Mirrors what onnxruntime/core/session/inference_session.h/.cc does in Load(),
+Initialize() and Run(), observed through the real session (onnxruntime 1.19.2,
+training build) rather than re-implemented.
+"""
+import contextlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ortlab.env import providers as default_providers
+from ortlab.env import quiet_import
+from ortlab.errors import OrtlabError
+
+ort = quiet_import("onnxruntime")
+
+LEVELS = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+          "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+          "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+          "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+ORDERS = {"default": ort.ExecutionOrder.DEFAULT, "priority": ort.ExecutionOrder.PRIORITY_BASED}
+_LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ ")
+
+
+class SessionError(OrtlabError):
+    """ORT refused a model or an option; the message carries ORT's own reason."""
+
+
+def session_options(level="all", order="default", **options):
+    """SessionOptions from plain values: level in LEVELS, order in ORDERS, other attributes as given."""
+    if level not in LEVELS or order not in ORDERS:
+        raise OrtlabError(f"level must be one of {list(LEVELS)} and order one of {list(ORDERS)}; "
+                          f"got level={level!r}, order={order!r}")
+    so = ort.SessionOptions()
+    so.graph_optimization_level, so.execution_order = LEVELS[level], ORDERS[order]
+    for name, value in options.items():
+        if not hasattr(so, name):
+            raise OrtlabError(f"SessionOptions has no option {name!r}")
+        setattr(so, name, value)
+    return so
+
+
+def create(model, options=None, providers=None):
+    """An InferenceSession for a ModelProto or path, with ORT's error turned into a SessionError."""
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    try:
+        return ort.InferenceSession(data, options or session_options(),
+                                    providers=providers or default_providers())
+    except Exception as exc:
+        raise SessionError(f"onnxruntime could not load the model: {exc}".splitlines()[0]) from None
+
+
+@contextlib.contextmanager
+def _captured_stderr_fd(sink):
+    """Send file descriptor 2 (where ORT's C++ logger writes) to `sink` for a while."""
+    saved = os.dup(2)
+    try:
+        os.dup2(sink.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def initialization_log(model, severity=0, **options):
+    """The lines ORT logs while creating a session (0 = verbose), timestamps removed.
+
+    ORT writes its log from C++ to stderr, outside Python's sys.stderr, so the
+    lines are captured at the file-descriptor level.
+    """
+    so = session_options(**options)
+    so.log_severity_level, so.log_verbosity_level = severity, 0
+    with tempfile.TemporaryFile(mode="w+") as sink:
+        with _captured_stderr_fd(sink):
+            create(model, so)
+        sink.seek(0)
+        return [_LOG_PREFIX.sub("", line.rstrip()) for line in sink if line.strip()]
+
+
+def grep(lines, *words):
+    """The lines that contain every one of `words`."""
+    return [line for line in lines if all(w in line for w in words)]
+
+
+def optimized_model(model, level="all", **options):
+    """The graph ORT runs after its transformers at `level` (SessionOptions.optimized_model_filepath)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "optimized.onnx"
+        create(model, session_options(level, optimized_model_filepath=str(path), **options))
+        return onnx.load(str(path))
+
+
+def profile(model, feeds, runs=1, **options):
+    """Run with ORT's profiler on; return its Chrome-trace events (a list of dicts)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        so = session_options(enable_profiling=True, profile_file_prefix=os.path.join(tmp, "p"), **options)
+        session = create(model, so)
+        for _ in range(runs):
+            session.run(None, feeds)
+        with open(session.end_profiling()) as f:
+            return json.load(f)
+
+
+def execution_order(model, feeds, order="default", level="disable"):
+    """Node names in the order ORT's SequentialExecutor ran them, read from its profiler."""
+    suffix = "_kernel_time"
+    events = profile(model, feeds, order=order, level=level)
+    return [e["name"][: -len(suffix)] for e in events
+            if e.get("cat") == "Node" and e["name"].endswith(suffix)]
+
+
+def run_node(op_type, inputs, attributes=None, domain="", opset=17, outputs=1):
+    """Run one op in ORT on numpy inputs (an OpTester in miniature); returns the output arrays.
+
+    Mirrors the idea of onnxruntime/test/providers/op_tester.h: a one-node model
+    built from the inputs' types, run in a session of its own.
+    """
+    arrays = [np.asarray(a) for a in inputs]
+    in_names = [f"in{i}" for i in range(len(arrays))]
+    out_names = [f"out{i}" for i in range(outputs)]
+    node = helper.make_node(op_type, in_names, out_names, domain=domain or None, **(attributes or {}))
+    graph = helper.make_graph(
+        [node], op_type,
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+         for n, a in zip(in_names, arrays)],
+        [onnx.ValueInfoProto(name=n) for n in out_names])  # types left to ORT's inference
+    imports = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    model = helper.make_model(graph, opset_imports=imports)
+    model.ir_version = 8
+    session = create(model, session_options("disable"), ["CPUExecutionProvider"])
+    return session.run(None, dict(zip(in_names, arrays)))

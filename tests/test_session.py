@@ -1,0 +1,59 @@
+"""ortlab.session: what the helpers report is what ORT does."""
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from ortlab import OrtlabError, models, session
+from ortlab.ir import Graph
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    model = models.get("mlp").eval()
+    return models.export(model, model.example_inputs()[:1]), model
+
+
+def test_initialization_log_shows_transformers_and_placement(mlp):
+    onx, _ = mlp
+    log = session.initialization_log(onx)
+    assert session.grep(log, "GraphTransformer GemmActivationFusion modified: 1")
+    assert session.grep(log, "All nodes placed on [CPUExecutionProvider]")
+    assert session.grep(log, "Session successfully initialized")
+    assert not any(line[:4].isdigit() for line in log)  # timestamps removed
+    quiet = session.initialization_log(onx, severity=3)
+    assert not session.grep(quiet, "GraphTransformer")
+
+
+def test_optimized_model_is_orts_fused_graph(mlp):
+    onx, _ = mlp
+    ops = [n.op_type for n in session.optimized_model(onx, "extended").graph.node]
+    assert "FusedGemm" in ops and "Relu" not in ops
+    assert [n.op_type for n in session.optimized_model(onx, "disable").graph.node] == \
+        [n.op_type for n in onx.graph.node]
+
+
+def test_execution_order_is_a_topological_order_of_all_nodes(mlp):
+    onx, model = mlp
+    x = model.example_inputs()[0].numpy()
+    names = session.execution_order(onx, {"x": x})
+    graph = Graph.from_model(onx)
+    assert names == [n.name for n in graph.topological_order("default")]
+
+
+def test_run_node_matches_numpy_and_reports_orts_errors():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (out,) = session.run_node("Transpose", [a], {"perm": [1, 0]})
+    np.testing.assert_array_equal(out, a.T)
+    (gelu,) = session.run_node("Gelu", [a], domain="com.microsoft")
+    from math import erf
+    expected = np.vectorize(lambda v: 0.5 * v * (1 + erf(v / np.sqrt(2))))(a)
+    np.testing.assert_allclose(gelu, expected, rtol=1e-5)
+    with pytest.raises(session.SessionError, match="onnxruntime could not load the model"):
+        session.run_node("MatMul", [a, a])
+
+
+def test_bad_options_are_explained():
+    with pytest.raises(OrtlabError, match="level must be one of"):
+        session.session_options(level="max")
+    with pytest.raises(OrtlabError, match="SessionOptions has no option 'enable_turbo'"):
+        session.session_options(enable_turbo=True)
