@@ -35,12 +35,17 @@ class SessionError(OrtlabError):
 
 
 def session_options(level="all", order="default", **options):
-    """SessionOptions from plain values: level in LEVELS, order in ORDERS, other attributes as given."""
+    """SessionOptions from plain values: level in LEVELS, order in ORDERS, other attributes as given.
+
+    Logging defaults to errors only (log_severity_level=3): ORT's warnings go to the
+    process's stderr, which Jupyter shows in whichever cell happens to be running.
+    """
     if level not in LEVELS or order not in ORDERS:
         raise OrtlabError(f"level must be one of {list(LEVELS)} and order one of {list(ORDERS)}; "
                           f"got level={level!r}, order={order!r}")
     so = ort.SessionOptions()
     so.graph_optimization_level, so.execution_order = LEVELS[level], ORDERS[order]
+    so.log_severity_level = 3
     for name, value in options.items():
         if not hasattr(so, name):
             raise OrtlabError(f"SessionOptions has no option {name!r}")

@@ -203,6 +203,23 @@ def test_our_orders_are_orts_orders(model):
         assert [n.name for n in ours] == ortcheck.execution_order(model, feeds, kind), kind
 
 
+@pytest.mark.parametrize("name", ["bert", "gpt"])
+def test_our_orders_are_orts_orders_on_exported_models(name):
+    from ortlab import models
+
+    model = models.get(name)
+    onx = models.export(model, model.example_inputs(), training=True)
+    graph = Graph.from_model(onx, constants_as_initializers=True)  # as ORT loads it
+    assert not any(n.op_type == "Constant" for n in graph.nodes())
+    feeds = {i.name: t.numpy() for i, t in zip(onx.graph.input, model.example_inputs())}
+    for kind in ("default", "priority"):
+        assert [n.name for n in graph.topological_order(kind)] == \
+            ortcheck.execution_order(onx, feeds, kind), kind
+    (expected,) = ortcheck.run(Graph.from_model(onx).to_model(), feeds)
+    (got,) = ortcheck.run(graph.to_model(), feeds)
+    assert np.isfinite(got) and got.shape == expected.shape
+
+
 def test_the_two_orders_differ_where_priorities_matter():
     nodes = [relu("X", "a", "n0_relu"), helper.make_node("Neg", ["X"], ["b"], name="n1_neg"),
              helper.make_node("Shape", ["b"], ["s"], name="n2_shape"),

@@ -58,8 +58,13 @@ class Graph:
     # --- loading and saving ------------------------------------------------------------------
 
     @classmethod
-    def from_model(cls, model):
-        """Build a Graph from an onnx.ModelProto (or a path to one)."""
+    def from_model(cls, model, constants_as_initializers=False):
+        """Build a Graph from an onnx.ModelProto (or a path to one).
+
+        constants_as_initializers=True does what ORT's Graph constructor does on load
+        (graph.cc): each Constant node becomes an initializer named after its output,
+        so the node set and node indices are those ORT's own graph has.
+        """
         if isinstance(model, (str, Path)):
             model = load_model(model)
         if not isinstance(model, onnx.ModelProto):
@@ -79,6 +84,9 @@ class Graph:
         graph.inputs = [vi.name for vi in g.input]
         graph.outputs = [vi.name for vi in g.output]
         for n in g.node:
+            if constants_as_initializers and (value := constant_value(n)) is not None:
+                graph.add_initializer(n.output[0], value)
+                continue
             graph.add_node(n.op_type, list(n.input), list(n.output), name=n.name,
                            domain=n.domain, _attributes=n.attribute, _doc=n.doc_string)
         return graph
@@ -348,6 +356,23 @@ class Graph:
 
 def _label(node):
     return f"'{node.name}' (#{node.index} {node.op_type})" if node.name else f"#{node.index} {node.op_type} (no name)"
+
+
+_CONSTANT_DTYPES = {"value_float": np.float32, "value_floats": np.float32,
+                    "value_int": np.int64, "value_ints": np.int64}
+
+
+def constant_value(node):
+    """The tensor a Constant node holds (a TensorProto or numpy array), or None for other nodes
+    and for sparse or string constants."""
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
+        return None
+    attr = node.attribute[0]
+    if attr.name == "value":
+        return copy.deepcopy(attr.t)
+    if attr.name in _CONSTANT_DTYPES:
+        return np.array(helper.get_attribute_value(attr), dtype=_CONSTANT_DTYPES[attr.name])
+    return None
 
 
 def load_model(path):
