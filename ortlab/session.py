@@ -75,7 +75,7 @@ def _captured_stderr_fd(sink):
         os.close(saved)
 
 
-def initialization_log(model, severity=0, **options):
+def initialization_log(model, severity=0, providers=None, **options):
     """The lines ORT logs while creating a session (0 = verbose), timestamps removed.
 
     ORT writes its log from C++ to stderr, outside Python's sys.stderr, so the
@@ -85,7 +85,7 @@ def initialization_log(model, severity=0, **options):
     so.log_severity_level, so.log_verbosity_level = severity, 0
     with tempfile.TemporaryFile(mode="w+") as sink:
         with _captured_stderr_fd(sink):
-            create(model, so)
+            create(model, so, providers)
         sink.seek(0)
         return [_LOG_PREFIX.sub("", line.rstrip()) for line in sink if line.strip()]
 
@@ -95,31 +95,37 @@ def grep(lines, *words):
     return [line for line in lines if all(w in line for w in words)]
 
 
-def optimized_model(model, level="all", **options):
-    """The graph ORT runs after its transformers at `level` (SessionOptions.optimized_model_filepath)."""
+def optimized_model(model, level="all", providers=None, **options):
+    """The graph ORT runs after its transformers at `level` (SessionOptions.optimized_model_filepath).
+
+    The EPs matter: some fusions exist only for CUDA (BiasSoftmax, BiasDropout).
+    """
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "optimized.onnx"
-        create(model, session_options(level, optimized_model_filepath=str(path), **options))
+        create(model, session_options(level, optimized_model_filepath=str(path), **options), providers)
         return onnx.load(str(path))
 
 
-def profile(model, feeds, runs=1, **options):
+def profile(model, feeds, runs=1, fetches=None, run_options=None, providers=None, **options):
     """Run with ORT's profiler on; return its Chrome-trace events (a list of dicts)."""
     with tempfile.TemporaryDirectory() as tmp:
         so = session_options(enable_profiling=True, profile_file_prefix=os.path.join(tmp, "p"), **options)
-        session = create(model, so)
+        session = create(model, so, providers)
         for _ in range(runs):
-            session.run(None, feeds)
+            session.run(fetches, feeds, run_options)
         with open(session.end_profiling()) as f:
             return json.load(f)
 
 
-def execution_order(model, feeds, order="default", level="disable"):
+def kernel_events(events):
+    """The profiler's per-node kernel events, in the order the nodes ran."""
+    return [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+
+
+def execution_order(model, feeds, order="default", level="disable", **kwargs):
     """Node names in the order ORT's SequentialExecutor ran them, read from its profiler."""
-    suffix = "_kernel_time"
-    events = profile(model, feeds, order=order, level=level)
-    return [e["name"][: -len(suffix)] for e in events
-            if e.get("cat") == "Node" and e["name"].endswith(suffix)]
+    events = profile(model, feeds, order=order, level=level, **kwargs)
+    return [e["name"][: -len("_kernel_time")] for e in kernel_events(events)]
 
 
 def run_node(op_type, inputs, attributes=None, domain="", opset=17, outputs=1):
