@@ -112,7 +112,6 @@ def seed_everything(seed=0):
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    return seed
 
 
 @dataclass
