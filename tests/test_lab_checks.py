@@ -1,0 +1,165 @@
+"""The curriculum labs' checks: right answers pass, typical wrong answers get a useful message."""
+import copy
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, defs, helper, numpy_helper
+
+from ortlab import models
+from ortlab.ir import Graph
+from ortlab.labs import lab01, lab04
+
+F = TensorProto.FLOAT
+
+
+def verdict(capsys, run):
+    run()
+    out = capsys.readouterr().out.strip()
+    assert out.count("\n") == 0 and "Traceback" not in out, out
+    return out
+
+
+# --- lab01 -----------------------------------------------------------------------------------
+
+def transpose_matmul(k, m, n, perm=(1, 0), out="Y", shape=True):
+    nodes = [helper.make_node("Transpose", ["A"], ["At"], perm=list(perm)),
+             helper.make_node("MatMul", ["At", "B"], [out])]
+    graph = helper.make_graph(nodes, "tm", [helper.make_tensor_value_info("A", F, [k, m]),
+                                            helper.make_tensor_value_info("B", F, [k, n])],
+                              [helper.make_tensor_value_info(out, F, [m, n] if shape else None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("build, words", [
+    (transpose_matmul, "[PASS]"),
+    (lambda k, m, n: transpose_matmul(k, m, n, shape=False), "onnx.checker rejects build(3, 2, 4)'s model"),
+    (lambda k, m, n: "a model", "returned str, not an onnx.ModelProto"),
+    (lambda k, m, n: transpose_matmul(k, m, n, out="Z"), "output Y"),
+    (lambda k, m, n: transpose_matmul(k, k, n, perm=(0, 1)), "ORT could not run"),
+])
+def test_lab01_transpose_matmul(build, words, capsys):
+    assert words in verdict(capsys, lambda: lab01.check_transpose_matmul(build))
+
+
+def mlp(w1, b1, w2, b2, weights_as_inputs=False, fixed_batch=False):
+    weights = [numpy_helper.from_array(v, n) for v, n in ((w1, "w1"), (b1, "b1"), (w2, "w2"), (b2, "b2"))]
+    nodes = [helper.make_node("Gemm", ["X", "w1", "b1"], ["h"]), helper.make_node("Relu", ["h"], ["a"]),
+             helper.make_node("Gemm", ["a", "w2", "b2"], ["Y"])]
+    inputs = [helper.make_tensor_value_info("X", F, [1 if fixed_batch else "batch", 4])]
+    if weights_as_inputs:
+        inputs += [helper.make_tensor_value_info(t.name, F, list(t.dims)) for t in weights]
+        weights = []
+    graph = helper.make_graph(nodes, "mlp", inputs, [helper.make_tensor_value_info("Y", F, ["batch", 3])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("build, words", [
+    (mlp, "[PASS]"),
+    (lambda *w: mlp(*w, weights_as_inputs=True), "should be 4 initializers"),
+    (lambda *w: mlp(*w, fixed_batch=True), "batch dimension is fixed to 1; make it symbolic"),
+])
+def test_lab01_mlp_model(build, words, capsys):
+    assert words in verdict(capsys, lambda: lab01.check_mlp_model(build))
+
+
+def insert_right(model, scale):
+    g = Graph.from_model(model)
+    out = g.outputs[0]
+    p = g.producer(out)
+    g.replace_node_output(p, 0, out + "_u")
+    g.add_initializer("s", np.array(scale, np.float32))
+    g.add_node("Mul", [out + "_u", "s"], [out])
+    return g.to_model()
+
+
+def insert_mutating(model, scale):
+    new = insert_right(model, scale)
+    model.graph.node[0].name = "changed"
+    return new
+
+
+def insert_wrong_scale(model, scale):
+    return insert_right(model, scale + 1)
+
+
+@pytest.mark.parametrize("insert, words", [
+    (insert_right, "[PASS]"),
+    (insert_mutating, "changed the model it was given"),
+    (insert_wrong_scale, "the output with scale 3.0: wrong values"),
+    (lambda model, scale: copy.deepcopy(model), "expected exactly one new node"),
+])
+def test_lab01_insert_scale(insert, words, capsys):
+    net = models.get("mlp").eval()
+    model = models.export(net, net.example_inputs()[:1])
+    assert words in verdict(capsys, lambda: lab01.check_insert_scale(insert, model))
+
+
+# --- lab04 -----------------------------------------------------------------------------------
+
+S = defs.OpSchema
+
+
+def schema(version=1, types=("tensor(float)", "tensor(double)"), attrs=(("alpha", 1.0), ("beta", 1.0))):
+    return S("ScaledTanh", "lab", version, "", inputs=[S.FormalParameter("X", "T")],
+             outputs=[S.FormalParameter("Y", "T")], type_constraints=[("T", list(types), "")],
+             attributes=[S.Attribute(n, helper.make_attribute(n, v), "") for n, v in attrs])
+
+
+@pytest.mark.parametrize("make, words", [
+    (schema, "[PASS]"),
+    (lambda: schema(attrs=(("alpha", 1.0),)), "attributes and defaults should be"),
+    (lambda: schema(attrs=(("alpha", 2.0), ("beta", 1.0))), "'alpha': 2.0"),
+    (lambda: schema(types=("tensor(float)", "tensor(double)", "tensor(int32)")), "INT32 input should be rejected"),
+    (lambda: schema(version=3), "expected lab.ScaledTanh version 1"),
+])
+def test_lab04_schema(make, words, capsys):
+    assert words in verdict(capsys, lambda: lab04.check_schema(make))
+
+
+def function(defaults=True, op="Tanh"):
+    def constant(name):
+        node = helper.make_node("Constant", [], [name])
+        node.attribute.append(onnx.AttributeProto(name="value_float", ref_attr_name=name, type=onnx.AttributeProto.FLOAT))
+        return node
+    nodes = [constant("alpha"), constant("beta"), helper.make_node("Mul", ["X", "beta"], ["s"]),
+             helper.make_node(op, ["s"], ["t"]), helper.make_node("Mul", ["t", "alpha"], ["Y"])]
+    defaults = [helper.make_attribute("alpha", 1.0), helper.make_attribute("beta", 1.0)] if defaults else None
+    return helper.make_function("lab", "ScaledTanh", ["X"], ["Y"], nodes, [helper.make_opsetid("", 17)],
+                                attributes=None if defaults else ["alpha", "beta"], attribute_protos=defaults)
+
+
+@pytest.mark.parametrize("make, words", [
+    (function, "[PASS]"),
+    (lambda: function(op="Sigmoid"), "wrong values"),
+    (lambda: function(defaults=False), "ORT could not run"),
+    (lambda: "not a function", "not an onnx.FunctionProto"),
+])
+def test_lab04_function(make, words, capsys):
+    assert words in verdict(capsys, lambda: lab04.check_function(make))
+
+
+def v2(version=2):
+    return schema(version, attrs=(("alpha", 1.0), ("beta", 1.0), ("gamma", 0.0)))
+
+
+@pytest.mark.parametrize("make, words", [
+    (v2, "[PASS]"),
+    (lambda: v2(version=1), "expected lab.ScaledTanh version 2"),
+    (lambda: schema(version=2), "attributes and defaults should be"),
+])
+def test_lab04_schema_v2(make, words, capsys):
+    assert words in verdict(capsys, lambda: lab04.check_schema_v2(make, schema))
+    lab04.register(schema())  # leave version 1 as the solution has it
+
+
+def test_register_replaces_and_rejects_what_is_not_a_schema():
+    lab04.register(schema())
+    lab04.register(schema())  # no "already registered" error
+    assert defs.get_schema("ScaledTanh", 1, "lab").since_version == 1
+    with pytest.raises(Exception, match="expected an onnx.defs.OpSchema"):
+        lab04.register("ScaledTanh")
