@@ -10,7 +10,7 @@ else
 PY := $(VENV)/bin/python
 endif
 
-.PHONY: setup lab test labs
+.PHONY: setup lab test labs execute
 setup:
 	@bash tools/setup.sh
 
@@ -21,4 +21,11 @@ test: setup
 	$(PY) -m pytest
 
 labs: setup
+	$(PY) -m ortlab.labs build
+
+# For contributors: re-execute notebooks in place (no timing metadata), then rebuild labs/.
+NOTEBOOKS ?= notebooks/*.ipynb solutions/*.ipynb
+execute: setup
+	$(PY) -m jupyter nbconvert --to notebook --execute --inplace \
+	    --ExecutePreprocessor.record_timing=False $(NOTEBOOKS)
 	$(PY) -m ortlab.labs build

@@ -70,7 +70,7 @@ def test_build_removes_solutions_clears_outputs_and_keeps_the_rest(dirs):
     for s, l in zip(solution.cells, lab.cells):
         assert l.id == s.id and l.cell_type == s.cell_type
         if l.cell_type == "code":
-            assert l.outputs == [] and l.execution_count is None
+            assert l.outputs == [] and l.execution_count is None and "execution" not in l.metadata
             assert "BEGIN SOLUTION" not in l.source and "np.maximum" not in l.source
         if "BEGIN SOLUTION" not in s.source:
             assert l.source == s.source

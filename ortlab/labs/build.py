@@ -100,6 +100,7 @@ def make_lab(solution, solution_name):
         if cell.cell_type == "code":
             cell.source, found = strip_solution(cell.source, f"{solution_name}, cell {index}")
             cell.outputs, cell.execution_count = [], None
+            cell.metadata.pop("execution", None)  # the solution's run timings
             duplicated = set(found) & set(ids)
             if duplicated:
                 raise LabBuildError(f"{solution_name}, cell {index}: exercise id(s) "
