@@ -187,11 +187,9 @@ class Graph:
                     name=name, domain=domain, attributes=attrs, doc_string=_doc)
         self._nodes.append(node)
         for arg in node.inputs:
-            if arg.exists():
-                self._consumers.setdefault(arg.name, []).append(node.index)
+            self._link(self._consumers, arg.name, node.index)
         for arg in node.outputs:
-            if arg.exists():
-                self._producers.setdefault(arg.name, []).append(node.index)
+            self._link(self._producers, arg.name, node.index)
         return node
 
     def remove_node(self, node):
@@ -219,18 +217,17 @@ class Graph:
     def replace_node_input(self, node, index, name):
         """Make input `index` of `node` read `name` (graph_utils::ReplaceNodeInput)."""
         node = self._live(node)
-        self._unlink(self._consumers, node.inputs[index].name, node.index)
-        node.inputs[index] = self.get_or_create_node_arg(name)
-        if name:
-            self._consumers.setdefault(name, []).append(node.index)
+        self._rewire(node, node.inputs, self._consumers, index, name)
 
     def replace_node_output(self, node, index, name):
         """Make output `index` of `node` write `name`."""
         node = self._live(node)
-        self._unlink(self._producers, node.outputs[index].name, node.index)
-        node.outputs[index] = self.get_or_create_node_arg(name)
-        if name:
-            self._producers.setdefault(name, []).append(node.index)
+        self._rewire(node, node.outputs, self._producers, index, name)
+
+    def _rewire(self, node, args, table, slot, name):
+        self._unlink(table, args[slot].name, node.index)
+        args[slot] = self.get_or_create_node_arg(name)
+        self._link(table, name, node.index)
 
     def replace_all_uses(self, old, new, exclude=()):
         """Every consumer of `old` (and the graph outputs) reads `new` instead, except the
@@ -336,6 +333,11 @@ class Graph:
     def _live(self, node):
         index = node if isinstance(node, int) else node.index
         return self.node(index)
+
+    @staticmethod
+    def _link(table, name, index):
+        if name:
+            table.setdefault(name, []).append(index)
 
     @staticmethod
     def _unlink(table, name, index):
