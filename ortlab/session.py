@@ -64,7 +64,7 @@ def create(model, options=None, providers=None):
 
 
 @contextlib.contextmanager
-def _captured_stderr_fd(sink):
+def captured_stderr_fd(sink):
     """Send file descriptor 2 (where ORT's C++ logger writes) to `sink` for a while."""
     saved = os.dup(2)
     try:
@@ -84,7 +84,7 @@ def initialization_log(model, severity=0, providers=None, **options):
     so = session_options(**options)
     so.log_severity_level, so.log_verbosity_level = severity, 0
     with tempfile.TemporaryFile(mode="w+") as sink:
-        with _captured_stderr_fd(sink):
+        with captured_stderr_fd(sink):
             create(model, so, providers)
         sink.seek(0)
         return [_LOG_PREFIX.sub("", line.rstrip()) for line in sink if line.strip()]

@@ -320,7 +320,7 @@ class Graph:
 
     def _infer_shapes(self):
         try:
-            inferred = shape_inference.infer_shapes(self.to_model(), strict_mode=False)
+            inferred = shape_inference.infer_shapes(self.to_model(), strict_mode=False, data_prop=True)
         except Exception as exc:
             raise GraphError(f"type and shape inference failed: {str(exc).splitlines()[0]}") from None
         g = inferred.graph

@@ -1,0 +1,143 @@
+"""Gradients of elementwise ops. Mirrors GetXxxGradient in
+orttraining/orttraining/core/graph/gradient_builder.cc; each docstring names what ORT emits."""
+import math
+
+from ortlab.gradients.builder_base import MS
+from ortlab.gradients.registry import register_gradient
+
+
+def _binary(b, grads):
+    """Reduce each input's full-shape gradient over its broadcast axes."""
+    return [b.handle_broadcasting(g, b.I(i)) if g is not None and b.needs(i) else None
+            for i, g in enumerate(grads)]
+
+
+@register_gradient("Add")
+def get_add_gradient(b):
+    """dA = dY, dB = dY, each reduced over broadcast axes. ORT: Identity or HandleBroadcasting."""
+    return _binary(b, [b.GO(0), b.GO(0)])
+
+
+@register_gradient("Sub")
+def get_sub_gradient(b):
+    """dA = dY, dB = -dY, reduced over broadcast axes. ORT: as Add, plus Neg for input 1."""
+    return _binary(b, [b.GO(0), b.emit("Neg", [b.GO(0)]) if b.needs(1) else None])
+
+
+@register_gradient("Mul")
+def get_mul_gradient(b):
+    """dA = dY·B, dB = dY·A, reduced over broadcast axes. ORT: Mul then HandleBroadcasting."""
+    return _binary(b, [b.emit("Mul", [b.GO(0), b.I(1)]) if b.needs(0) else None,
+                       b.emit("Mul", [b.GO(0), b.I(0)]) if b.needs(1) else None])
+
+
+@register_gradient("Div")
+def get_div_gradient(b):
+    """dA = dY / B, dB = -dY·A / B². ORT: Div when only A needs a gradient, else DivGrad
+    (com.microsoft) computing both; each reduced over broadcast axes."""
+    if not b.needs(1):
+        return _binary(b, [b.emit("Div", [b.GO(0), b.I(1)]), None])
+    outputs = [b.IA("dA") if b.needs(0) else "", b.IA("dB")]
+    b.emit("DivGrad", [b.GO(0), b.I(0), b.I(1)], outputs, domain=MS)
+    return _binary(b, [outputs[0] or None, outputs[1]])
+
+
+@register_gradient("Neg")
+def get_neg_gradient(b):
+    """dX = -dY. ORT: Neg."""
+    return [b.emit("Neg", [b.GO(0)], [b.GI(0)])]
+
+
+@register_gradient("Pow")
+def get_pow_gradient(b):
+    """dX = dY·p·X^(p-1) for the exponent p (input 1, which gets no gradient).
+    ORT: Sub, Pow, Mul, Mul (exponent-gradient only when asked)."""
+    p, x = b.I(1), b.I(0)
+    if b.elem_type(p) != b.elem_type(x):
+        p = b.emit("Cast", [p], to=b.elem_type(x))
+    p_minus_1 = b.emit("Sub", [p, b.constant(1.0, like=p)])
+    local = b.emit("Mul", [b.emit("Pow", [x, p_minus_1]), p])
+    return [b.handle_broadcasting(b.emit("Mul", [b.GO(0), local]), b.I(0)), None]
+
+
+@register_gradient("Sqrt")
+def get_sqrt_gradient(b):
+    """dX = dY·0.5 / Y. ORT: Constant 0.5, Div(half, Y), Mul(dY, ·)."""
+    half = b.constant(0.5, like=b.O(0))
+    return [b.emit("Mul", [b.GO(0), b.emit("Div", [half, b.O(0)])], [b.GI(0)])]
+
+
+@register_gradient("Exp")
+def get_exp_gradient(b):
+    """dX = dY·Y. ORT: Mul."""
+    return [b.emit("Mul", [b.GO(0), b.O(0)], [b.GI(0)])]
+
+
+@register_gradient("Log")
+def get_log_gradient(b):
+    """dX = dY / X. ORT: Div."""
+    return [b.emit("Div", [b.GO(0), b.I(0)], [b.GI(0)])]
+
+
+@register_gradient("Relu")
+def get_relu_gradient(b):
+    """dX = dY·[Y > 0]. ORT: ReluGrad (com.microsoft)."""
+    return [b.emit("ReluGrad", [b.GO(0), b.O(0)], [b.GI(0)], domain=MS)]
+
+
+@register_gradient("Sigmoid")
+def get_sigmoid_gradient(b):
+    """dX = dY·Y·(1 - Y). ORT: SigmoidGrad (com.microsoft)."""
+    return [b.emit("SigmoidGrad", [b.GO(0), b.O(0)], [b.GI(0)], domain=MS)]
+
+
+@register_gradient("Tanh")
+def get_tanh_gradient(b):
+    """dX = dY·(1 - Y²). ORT: TanhGrad (com.microsoft)."""
+    return [b.emit("TanhGrad", [b.GO(0), b.O(0)], [b.GI(0)], domain=MS)]
+
+
+@register_gradient("Erf")
+def get_erf_gradient(b):
+    """dX = dY·2/√π·exp(-X²). ORT: Mul, Neg, Exp, Mul, Mul."""
+    x = b.I(0)
+    gauss = b.emit("Exp", [b.emit("Neg", [b.emit("Mul", [x, x])])])
+    scaled = b.emit("Mul", [gauss, b.constant(2.0 / math.sqrt(math.pi), like=x)])
+    return [b.emit("Mul", [b.GO(0), scaled], [b.GI(0)])]
+
+
+@register_gradient("Gelu", domain=MS)
+def get_gelu_gradient(b):
+    """dX = dY·(Φ(X) + X·φ(X)). ORT: GeluGrad (com.microsoft)."""
+    return [b.emit("GeluGrad", [b.GO(0), b.I(0)], [b.GI(0)], domain=MS)]
+
+
+@register_gradient("Identity")
+def get_identity_gradient(b):
+    """dX = dY. ORT: Identity; here no node at all, the gradient is passed on by name."""
+    return [b.GO(0)]
+
+
+@register_gradient("Cast")
+def get_cast_gradient(b):
+    """dX = Cast(dY) back to X's type. ORT: Cast."""
+    return [b.emit("Cast", [b.GO(0)], [b.GI(0)], to=b.elem_type(b.I(0)))]
+
+
+@register_gradient("Where")
+def get_where_gradient(b):
+    """dX = Where(C, dY, 0), dY' = Where(C, 0, dY), reduced over broadcast axes. ORT: the same."""
+    zero = b.constant(0.0, like=b.GO(0))
+    dx = b.emit("Where", [b.I(0), b.GO(0), zero]) if b.needs(1) else None
+    dy = b.emit("Where", [b.I(0), zero, b.GO(0)]) if b.needs(2) else None
+    return [None] + _binary(b, [None, dx, dy])[1:]
+
+
+@register_gradient("Dropout")
+def get_dropout_gradient(b):
+    """dX = dY·mask / (1 - ratio). ORT: DropoutGrad (com.microsoft) reading the mask output.
+    Without a training_mode input Dropout is the identity, and so is its gradient."""
+    if not b.I(2):
+        return [b.GO(0), None, None]
+    ratio = b.I(1) or b.constant(0.5, like=b.I(0))
+    return [b.emit("DropoutGrad", [b.GO(0), b.O(1), ratio, b.I(2)], [b.GI(0)], domain=MS), None, None]

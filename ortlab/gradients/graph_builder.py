@@ -1,0 +1,201 @@
+"""Build the backward graph of a model: the gradient of a scalar loss w.r.t. chosen values.
+
+Mirrors orttraining/orttraining/core/framework/gradient_graph_builder.h/.cc:
+- forward reachability from the x's (skipping STOP_GRADIENT_EDGES and non-float values),
+- backward reachability from the loss, whose intersection is the set of nodes to differentiate,
+- a seed `<loss>_grad = 1`, then each node's builder in reverse topological order,
+- contributions to one value from several consumers added by a Sum node (AccumulateGrad_<name>).
+"""
+from collections import deque
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from ortlab.errors import OrtlabError
+from ortlab.gradients.builder_base import MS, GradientBuilderBase
+from ortlab.gradients.registry import get_gradient_builder, stop_edges
+from ortlab.ir import Graph
+
+FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
+
+
+class GradientGraphError(OrtlabError):
+    """The gradient graph cannot be built: a bad x or loss (see the message)."""
+
+
+class GradientGraphBuilder:
+    """Builds forward + backward graph; `build()` returns the onnx.ModelProto."""
+
+    def __init__(self, model, x_names, loss_name, stop_gradient_edges=None):
+        self.graph = Graph.from_model(model)
+        self.graph.resolve()
+        self.x_names, self.loss = list(x_names), loss_name
+        self.extra_stops = stop_gradient_edges or {}
+        self._used = {a.name for a in self.graph.node_args()}
+        self._check_inputs()
+        self._used.update(f"{x}_grad" for x in self.x_names)  # reserved for the outputs
+
+    # --- names -------------------------------------------------------------------------------
+
+    def unique(self, name):
+        candidate, k = name, 0
+        while candidate in self._used:
+            k += 1
+            candidate = f"{name}_{k}"
+        self._used.add(candidate)
+        return candidate
+
+    # --- validation ----------------------------------------------------------------------------
+
+    def _check_inputs(self):
+        loss = self.graph.node_arg(self.loss)
+        if loss is None or self.graph.producer(self.loss) is None:
+            raise GradientGraphError(f"the loss {self.loss!r} is not produced by any node of the graph; "
+                                     f"graph outputs are {self.graph.outputs}")
+        if loss.shape is not None and any(d != 1 for d in loss.shape):
+            raise GradientGraphError(f"the loss {self.loss!r} has shape {loss.shape}; it must be a scalar "
+                                     "(reduce it, e.g. with ReduceSum or ReduceMean)")
+        if not self.x_names:
+            raise GradientGraphError("no x given: name the inputs or initializers to differentiate")
+        for x in self.x_names:
+            arg = self.graph.node_arg(x)
+            if arg is None:
+                raise GradientGraphError(f"x {x!r} is not a value of the graph; inputs: {self.graph.inputs}, "
+                                         f"initializers: {sorted(self.graph.initializers)[:8]}...")
+            if arg.elem_type is not None and arg.elem_type not in FLOAT_TYPES:
+                raise GradientGraphError(f"x {x!r} is of type {arg.dtype}; only floating-point values "
+                                         "have gradients")
+
+    # --- reachability ----------------------------------------------------------------------------
+
+    def _differentiable_slots(self, node, values):
+        stops = stop_edges(node.op_type, node.domain, self.extra_stops)
+        return [i for i, a in enumerate(node.inputs) if a.exists() and i not in stops and a.name in values]
+
+    def _is_float(self, name):
+        et = self.graph.node_arg(name).elem_type
+        return et is None or et in FLOAT_TYPES
+
+    def _forward_values(self):
+        """Values that depend on some x through differentiable edges (x's included)."""
+        values, queue = set(self.x_names), deque(self.x_names)
+        while queue:
+            for consumer in self.graph.consumers(queue.popleft()):
+                if self._differentiable_slots(consumer, values):
+                    for out in consumer.outputs:
+                        if out.exists() and out.name not in values and self._is_float(out.name):
+                            values.add(out.name)
+                            queue.append(out.name)
+        return values
+
+    def _relevant_nodes(self, values):
+        """Nodes on some path from an x to the loss (reverse BFS from the loss's producer)."""
+        if self.loss not in values:
+            raise GradientGraphError(f"the loss {self.loss!r} does not depend on any x "
+                                     f"({', '.join(self.x_names)}) through differentiable edges")
+        start = self.graph.producer(self.loss)
+        seen, queue = {start.index}, deque([start])
+        while queue:
+            node = queue.popleft()
+            for i in self._differentiable_slots(node, values):
+                producer = self.graph.producer(node.inputs[i].name)
+                if producer is not None and producer.index not in seen:
+                    seen.add(producer.index)
+                    queue.append(producer)
+        return seen
+
+    # --- building ------------------------------------------------------------------------------
+
+    def build(self):
+        values = self._forward_values()
+        relevant = self._relevant_nodes(values)
+        reached = {n.inputs[i].name for n in self.graph.nodes() if n.index in relevant
+                   for i in self._differentiable_slots(n, values)}
+        for x in self.x_names:
+            if x not in reached:
+                raise GradientGraphError(f"x {x!r} does not affect the loss {self.loss!r}: no path "
+                                         "of differentiable edges leads from it to the loss")
+        seed = self.unique(f"{self.loss}_grad")
+        loss_type = self.graph.node_arg(self.loss)
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(loss_type.elem_type or TensorProto.FLOAT)
+        self.graph.add_initializer(seed, np.ones(loss_type.shape or [], dtype=dtype))
+        self.contributions = {self.loss: [seed]}
+        self.grad_nodes, self.constants = [], {}
+        order = [n for n in self.graph.topological_order() if n.index in relevant]
+        for node in reversed(order):
+            self._differentiate(node, values)
+        outputs = [self._finish(x, final=f"{x}_grad") for x in self.x_names]
+        return self._assemble(outputs)
+
+    def _differentiate(self, node, values):
+        incoming = {i: g for i, out in enumerate(node.outputs)
+                    if out.exists() and (g := self._finish(out.name)) is not None}
+        if not incoming:
+            return
+        required = set(self._differentiable_slots(node, values))
+        builder = get_gradient_builder(node.op_type, node.domain, node.name or f"#{node.index}")
+        b = GradientBuilderBase(self.graph, node, incoming, required, self.unique)
+        grads = list(builder(b)) + [None] * len(node.inputs)
+        self.grad_nodes += b.nodes
+        self.constants.update(b.initializers)
+        for i in sorted(required):
+            if grads[i] is not None:
+                self.contributions.setdefault(node.inputs[i].name, []).append(grads[i])
+
+    def _finish(self, value, final=None):
+        """The name of `value`'s whole gradient: its one contribution, or their Sum.
+        `final` (the x's `<x>_grad`) renames the result, as ORT names x gradients."""
+        parts = self.contributions.pop(value, [])
+        if not parts:
+            return None
+        if len(parts) == 1 and final is None:
+            return parts[0]
+        target = final or self.unique(f"{value}_grad")
+        if len(parts) > 1:
+            self.grad_nodes.append(onnx.helper.make_node("Sum", parts, [target], name=f"AccumulateGrad_{target}"))
+        elif not self._rename_output(parts[0], target):
+            self.grad_nodes.append(onnx.helper.make_node("Identity", parts, [target], name=f"{target}_Identity"))
+        return target
+
+    def _rename_output(self, old, new):
+        """Let the gradient node producing `old` write `new` instead, if nothing else reads `old`."""
+        producers = [n for n in self.grad_nodes if old in n.output]
+        if not producers or any(old in n.input for n in self.grad_nodes):
+            return False
+        outputs = producers[0].output
+        outputs[list(outputs).index(old)] = new
+        return True
+
+    def _assemble(self, x_grads):
+        live = _live(self.grad_nodes, set(x_grads))
+        read = {i for n in live for i in n.input}
+        for name, value in self.constants.items():
+            if name in read:
+                self.graph.add_initializer(name, value)
+        for proto in live:
+            self.graph.add_node(proto.op_type, list(proto.input), list(proto.output), name=proto.name,
+                                domain=proto.domain, _attributes=proto.attribute)
+        if any(n.domain == MS for n in self.graph.nodes()):
+            self.graph.opset_imports.setdefault(MS, 1)
+        self.graph.outputs = [self.loss] + x_grads
+        return self.graph.to_model()
+
+
+def _live(nodes, wanted):
+    """The gradient nodes something needs (dead-code elimination from the wanted outputs)."""
+    needed, keep = set(wanted), []
+    for node in reversed(nodes):
+        if any(o in needed for o in node.output):
+            keep.append(node)
+            needed.update(i for i in node.input if i)
+    return keep[::-1]
+
+
+def build_gradient_graph(model, x_names, loss_name, stop_gradient_edges=None):
+    """A model computing `loss_name` and `<x>_grad` for every x, runnable in ORT's training build.
+
+    stop_gradient_edges: {op_type: {input indices}} added to ORT's table of edges that never
+    carry a gradient.
+    """
+    return GradientGraphBuilder(model, x_names, loss_name, stop_gradient_edges).build()
