@@ -113,13 +113,15 @@ class _Transformer(nn.Module):
     def _init(self, vocab, d_model, heads, layers, d_ff, max_len, dropout, causal):
         self.vocab, self.max_len = vocab, max_len
         self.tok, self.pos = nn.Embedding(vocab, d_model), nn.Embedding(max_len, d_model)
-        self.ln, self.drop = LayerNorm(d_model), nn.Dropout(dropout)
+        self.drop = nn.Dropout(dropout)
+        if not causal:  # BERT normalizes the embeddings; GPT's pre-LN blocks do it themselves
+            self.ln = LayerNorm(d_model)
         self.blocks = nn.ModuleList(Block(d_model, heads, d_ff, dropout, causal) for _ in range(layers))
 
     def _encode(self, input_ids):
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         x = self.tok(input_ids) + self.pos(positions)
-        x = self.drop(self.ln(x)) if not self.blocks[0].pre_ln else self.drop(x)
+        x = self.drop(x if self.blocks[0].pre_ln else self.ln(x))
         for block in self.blocks:
             x = block(x)
         return x

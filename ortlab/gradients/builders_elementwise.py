@@ -6,22 +6,35 @@ from ortlab.gradients.builder_base import MS
 from ortlab.gradients.registry import register_gradient
 
 
-def _binary(b, grads):
-    """Reduce each input's full-shape gradient over its broadcast axes."""
-    return [b.handle_broadcasting(g, b.I(i)) if g is not None and b.needs(i) else None
-            for i, g in enumerate(grads)]
+def _binary(b, grads, identity=False):
+    """Reduce each input's full-shape gradient over its broadcast axes; with `identity`, a
+    gradient that needs no reduction is copied by an Identity node, as ORT's Add/Sub do."""
+    result = []
+    for i, g in enumerate(grads):
+        if g is None or not b.needs(i):
+            result.append(None)
+            continue
+        reduced = b.handle_broadcasting(g, b.I(i))
+        result.append(b.emit("Identity", [g], [b.GI(i)]) if identity and reduced == g else reduced)
+    return result
 
 
 @register_gradient("Add")
 def get_add_gradient(b):
     """dA = dY, dB = dY, each reduced over broadcast axes. ORT: Identity or HandleBroadcasting."""
-    return _binary(b, [b.GO(0), b.GO(0)])
+    return _binary(b, [b.GO(0), b.GO(0)], identity=True)
+
+
+@register_gradient("Sum")
+def get_sum_gradient(b):
+    """Every input gets dY, reduced over its broadcast axes (the variadic Add)."""
+    return _binary(b, [b.GO(0)] * len(b.node.inputs))
 
 
 @register_gradient("Sub")
 def get_sub_gradient(b):
     """dA = dY, dB = -dY, reduced over broadcast axes. ORT: as Add, plus Neg for input 1."""
-    return _binary(b, [b.GO(0), b.emit("Neg", [b.GO(0)]) if b.needs(1) else None])
+    return _binary(b, [b.GO(0), b.emit("Neg", [b.GO(0)]) if b.needs(1) else None], identity=True)
 
 
 @register_gradient("Mul")
@@ -114,8 +127,8 @@ def get_gelu_gradient(b):
 
 @register_gradient("Identity")
 def get_identity_gradient(b):
-    """dX = dY. ORT: Identity; here no node at all, the gradient is passed on by name."""
-    return [b.GO(0)]
+    """dX = dY. ORT: Identity."""
+    return [b.emit("Identity", [b.GO(0)], [b.GI(0)])]
 
 
 @register_gradient("Cast")

@@ -131,17 +131,18 @@ def _reduce_axes(b):
     if len(b.node.inputs) > 1 and b.I(1):
         return b.I(1), None
     axes = b.attr("axes")
-    if axes is None:
-        return None, list(range(b.rank(b.I(0)) or 0))
+    if axes is None:  # all axes
+        rank = b.rank(b.I(0))
+        return None, None if rank is None else list(range(rank))
     return b.axes(axes), list(axes)
 
 
 def _expand_back(b, grad):
+    """Restore the reduced axes of `grad` (when keepdims=0), then Expand to X's shape."""
     axes, static = _reduce_axes(b)
-    if not b.attr("keepdims", 1):
-        if axes is None and static == []:
-            raise GradientBuilderError("ReduceSum/ReduceMean of unknown rank without axes")
-        grad = b.emit("Unsqueeze", [grad, axes or b.axes(static)]) if (axes or static) else grad
+    reduces_all = axes is None and (static is None or len(static) == (b.rank(b.I(0)) or 0))
+    if not b.attr("keepdims", 1) and not reduces_all:  # a scalar gradient expands as it is
+        grad = b.emit("Unsqueeze", [grad, axes or b.axes(static)])
     return b.emit("Expand", [grad, b.emit("Shape", [b.I(0)])])
 
 
@@ -161,6 +162,7 @@ def get_reducemean_gradient(b):
     _, static = _reduce_axes(b)
     shape = b.shape(b.I(0))
     dims = [shape[a] for a in static] if static is not None and shape is not None else [None]
+    dims = dims or [1]
     if all(isinstance(d, int) for d in dims):
         return [b.emit("Mul", [_expand_back(b, b.GO(0)), b.constant(1.0 / np.prod(dims), like=b.I(0))]), None]
     count = b.emit("Div", [b.emit("Size", [b.I(0)]), b.emit("Size", [b.O(0)])])

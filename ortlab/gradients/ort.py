@@ -42,4 +42,6 @@ def ort_gradient_graph(model, x_names, loss_name):
             builder.build()
         return onnx.load_from_string(builder.get_model())
     except Exception as exc:
-        raise OrtGradientError(f"ORT's gradient builder failed: {str(exc).splitlines()[0]}") from None
+        reason = str(exc).splitlines()[0]
+        reason = reason.split(" was false. ")[-1]  # ORT's C++ check, then its message
+        raise OrtGradientError(f"ORT's gradient builder failed: {reason}") from None
