@@ -4,13 +4,11 @@ Headless Debian chromium through chromedriver. Where ORTLAB_REQUIRE_BROWSER=1
 (as .ci/run sets) a missing browser fails these tests instead of skipping them.
 """
 import os
-import re
 import secrets
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 

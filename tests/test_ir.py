@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import ortcheck
-from ortlab import OrtlabError
+from ortlab import OrtlabError, session
 from ortlab.ir import (DuplicateProducerError, Graph, GraphCycleError, MissingInputError,
                        UnknownOpError, is_topological)
 
@@ -95,6 +95,13 @@ def test_node_properties_and_schema_for_the_models_opset():
     assert rs.attribute("noop_with_empty_axes", 0) == 0  # default when unset
     assert rs.schema.since_version == 13 and t.schema.name == "Transpose"
     assert [a.name for a in t.inputs] == ["G"] and t.outputs[0] is graph.node_arg("T")
+
+
+def test_node_arg_admits_shapes_that_fit_its_symbolic_shape():
+    arg = Graph().get_or_create_node_arg("a", helper.make_tensor_type_proto(F, ["batch", 3]))
+    assert arg.admits((4, 3)) and arg.admits([1, 3])
+    assert not arg.admits((4, 2)) and not arg.admits((4, 3, 1))
+    assert not Graph().get_or_create_node_arg("untyped").admits((1,))
 
 
 def test_get_or_create_node_arg_returns_the_same_object():
@@ -200,7 +207,8 @@ def test_our_orders_are_orts_orders(model):
     for kind in ("default", "priority"):
         ours = graph.topological_order(kind)
         assert is_topological(ours)
-        assert [n.name for n in ours] == ortcheck.execution_order(model, feeds, kind), kind
+        theirs = session.execution_order(model, feeds, order=kind, providers=ortcheck.CPU)
+        assert [n.name for n in ours] == theirs, kind
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt"])
@@ -214,7 +222,7 @@ def test_our_orders_are_orts_orders_on_exported_models(name):
     feeds = {i.name: t.numpy() for i, t in zip(onx.graph.input, model.example_inputs())}
     for kind in ("default", "priority"):
         assert [n.name for n in graph.topological_order(kind)] == \
-            ortcheck.execution_order(onx, feeds, kind), kind
+            session.execution_order(onx, feeds, order=kind, providers=ortcheck.CPU), kind
     (expected,) = ortcheck.run(Graph.from_model(onx).to_model(), feeds)
     (got,) = ortcheck.run(graph.to_model(), feeds)
     assert np.isfinite(got) and got.shape == expected.shape
@@ -234,8 +242,8 @@ def test_the_two_orders_differ_where_priorities_matter():
     assert priority == ["n0_relu", "n1_neg", "n2_shape", "n3_abs", "n4_add", "n5_cast"]
     feeds = {"X": np.array([1.0, -2.0], np.float32)}
     model = graph.to_model()
-    assert ortcheck.execution_order(model, feeds, "default") == default
-    assert ortcheck.execution_order(model, feeds, "priority") == priority
+    assert session.execution_order(model, feeds, order="default", providers=ortcheck.CPU) == default
+    assert session.execution_order(model, feeds, order="priority", providers=ortcheck.CPU) == priority
     with pytest.raises(OrtlabError, match="unknown order 'fastest'"):
         graph.topological_order("fastest")
 

@@ -48,6 +48,13 @@ class NodeArg:
             dims.append(d.dim_value if kind == "dim_value" else d.dim_param if kind else None)
         return dims
 
+    def admits(self, shape):
+        """True when a concrete shape (e.g. what a run produced) fits this NodeArg's shape:
+        same rank, equal known dims; a symbolic or unknown dim fits any size."""
+        mine = self.shape
+        return mine is not None and len(mine) == len(shape) and all(
+            d is None or isinstance(d, str) or d == n for d, n in zip(mine, shape))
+
     def _flag(self, test):
         graph = self._graph()
         return graph is not None and test(graph)

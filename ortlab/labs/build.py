@@ -15,7 +15,6 @@ learner edited (never overwritten without --force, and then backed up first).
 """
 import copy
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
