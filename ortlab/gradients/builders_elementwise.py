@@ -92,6 +92,26 @@ def get_log_gradient(b):
     return [b.emit("Div", [b.GO(0), b.I(0)], [b.GI(0)])]
 
 
+@register_gradient("Sin")
+def get_sin_gradient(b):
+    """dX = dY·cos(X). ORT: Cos, Mul."""
+    return [b.emit("Mul", [b.GO(0), b.emit("Cos", [b.I(0)])], [b.GI(0)])]
+
+
+@register_gradient("Cos")
+def get_cos_gradient(b):
+    """dX = -dY·sin(X). ORT: Sin, Sub (0 - sin), Mul."""
+    return [b.emit("Neg", [b.emit("Mul", [b.GO(0), b.emit("Sin", [b.I(0)])])], [b.GI(0)])]
+
+
+@register_gradient("Softsign")
+def get_softsign_gradient(b):
+    """Y = X / (1 + |X|), dX = dY / (1 + |X|)². ORT 1.19.2 has no Softsign builder; L0_06
+    registers this one into ORT's C++ builder."""
+    denominator = b.emit("Add", [b.emit("Abs", [b.I(0)]), b.constant(1.0, like=b.I(0))])
+    return [b.emit("Div", [b.GO(0), b.emit("Mul", [denominator, denominator])], [b.GI(0)])]
+
+
 @register_gradient("Relu")
 def get_relu_gradient(b):
     """dX = dY·[Y > 0]. ORT: ReluGrad (com.microsoft)."""

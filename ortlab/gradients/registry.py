@@ -4,6 +4,8 @@ Mirrors orttraining/orttraining/core/graph/gradient_builder_registry.cc, where
 REGISTER_GRADIENT_BUILDER("Add", GetAddSubGradient) files ORT's builders, and
 the STOP_GRADIENT_EDGES table of gradient_graph_builder.h.
 """
+from contextlib import contextmanager
+
 from ortlab.errors import OrtlabError
 
 GRADIENT_BUILDERS = {}  # (op_type, domain) -> builder function
@@ -60,3 +62,19 @@ def stop_edges(op_type, domain, extra=None):
     """Input indices of an op that never receive a gradient (ORT's table plus `extra`)."""
     edges = set(STOP_GRADIENT_EDGES.get((op_type, _domain(domain)), ()))
     return edges | set((extra or {}).get(op_type, ()))
+
+
+@contextmanager
+def using_gradient(op_type, builder, domain=""):
+    """Use `builder` for `op_type` inside a `with` block, then restore what was registered
+    (how a lab checks a learner's builder without replacing ortlab's own)."""
+    key = (op_type, _domain(domain))
+    previous = GRADIENT_BUILDERS.get(key)
+    GRADIENT_BUILDERS[key] = builder
+    try:
+        yield builder
+    finally:
+        if previous is None:
+            GRADIENT_BUILDERS.pop(key, None)
+        else:
+            GRADIENT_BUILDERS[key] = previous
