@@ -8,7 +8,7 @@ from onnx import TensorProto, defs, helper, numpy_helper
 
 from ortlab import models
 from ortlab.ir import Graph
-from ortlab.labs import lab01, lab04
+from ortlab.labs import lab01, lab03, lab04
 
 F = TensorProto.FLOAT
 
@@ -163,3 +163,80 @@ def test_register_replaces_and_rejects_what_is_not_a_schema():
     assert defs.get_schema("ScaledTanh", 1, "lab").since_version == 1
     with pytest.raises(Exception, match="expected an onnx.defs.OpSchema"):
         lab04.register("ScaledTanh")
+
+
+# --- lab03 -----------------------------------------------------------------------------------
+
+def softplus(b):
+    return [b.emit("Mul", [b.GO(0), b.emit("Sigmoid", [b.I(0)])], [b.GI(0)])]
+
+
+def prelu(b, reduce=True):
+    x, s, dy = b.I(0), b.I(1), b.GO(0)
+    positive = b.emit("Greater", [x, b.constant(0.0, like=x)])
+    dx = b.emit("Mul", [dy, b.emit("Where", [positive, b.constant(1.0, like=x), s])])
+    ds = b.emit("Mul", [dy, b.emit("Where", [positive, b.constant(0.0, like=x), x])])
+    return [dx, b.handle_broadcasting(ds, s) if reduce else ds]
+
+
+def matmul(b, wrong=None):
+    """dA = dY·Bᵀ, dB = Aᵀ·dY with MatMul and Transpose (not the builder ortlab ships)."""
+    a, w, dy = b.I(0), b.I(1), b.GO(0)
+
+    def t(name, rank):
+        return b.emit("Transpose", [name], perm=list(range(rank - 2)) + [rank - 1, rank - 2])
+    da = b.emit("MatMul", [dy, w if wrong == "no-transpose" else t(w, b.rank(w))])
+    db = b.emit("MatMul", [t(dy, b.rank(dy)), a]) if wrong == "swapped" else b.emit("MatMul", [t(a, b.rank(a)), dy])
+    if wrong == "swapped":
+        return [b.handle_broadcasting(da, a), db]
+    return [b.handle_broadcasting(da, a, grad_shape=b.shape(dy)[:-2] + b.shape(a)[-2:]),
+            b.handle_broadcasting(db, w, grad_shape=b.shape(dy)[:-2] + b.shape(w)[-2:])]
+
+
+@pytest.mark.parametrize("exercise, builder, words", [
+    ("softplus", softplus, "[PASS]"),
+    ("softplus", lambda b: [b.emit("Sigmoid", [b.I(0)])], "ignores the incoming gradient"),
+    ("softplus", lambda b: [b.emit("Neg", [softplus(b)[0]])], "wrong sign"),
+    ("softplus", lambda b: [b.emit("Mul", [b.GO(0), b.I(0)])], "wrong values"),
+    ("softplus", lambda b: None, "returned NoneType"),
+    ("prelu", prelu, "[PASS]"),
+    ("prelu", lambda b: prelu(b, reduce=False), "sum it over the broadcast axes"),
+    ("prelu", softplus, "returned nothing for input 1"),
+    ("matmul", matmul, "[PASS]"),
+    ("matmul", lambda b: matmul(b, "swapped"), "transposed the wrong way"),
+    ("matmul", lambda b: matmul(b, "no-transpose"), "ORT could not run your gradient graph"),
+    ("matmul", lambda b: 1 / 0, "raised ZeroDivisionError"),
+])
+def test_lab03_builders(exercise, builder, words, capsys):
+    assert words in verdict(capsys, lambda: getattr(lab03, f"check_{exercise}")(builder))
+
+
+def test_lab03_checks_a_learners_builder_without_replacing_ortlabs():
+    from ortlab.gradients import get_gradient_builder
+    shipped = get_gradient_builder("MatMul")
+    lab03.check_matmul(lambda b: 1 / 0)
+    assert get_gradient_builder("MatMul") is shipped
+
+
+def test_lab03_builder_not_done(capsys):
+    def stub(b):
+        raise NotImplementedError("exercise 'softplus' is not done yet")
+    assert "[NOT DONE]" in verdict(capsys, lambda: lab03.check_softplus(stub))
+
+
+def test_lab03_ort_definition_checked_before_registration_then_trains_in_ortmodule(capsys):
+    """One process, one order: ORT keeps the first Softplus definition it is given."""
+    right = [("Sigmoid", ["I(0)"], ["sig"]), ("Mul", ["GO(0)", "sig"], ["GI(0)"])]
+    assert "neither I(i)" in verdict(capsys, lambda: lab03.check_ort_definition(lambda: right[1:]))
+    assert "names GI(1), but Softplus has 1 input" in verdict(
+        capsys, lambda: lab03.check_ort_definition(lambda: [right[0], ("Mul", ["GO(0)", "sig"], ["GI(1)"])]))
+    wrong = [("Sigmoid", ["I(0)"], ["GI(0)"])]
+    assert "nothing was registered into ORT" in verdict(capsys, lambda: lab03.check_ort_definition(lambda: wrong))
+    assert "[PASS]" in verdict(capsys, lambda: lab03.check_ort_definition(lambda: right))
+    assert "[PASS]" in verdict(capsys, lambda: lab03.check_ort_definition(lambda: right))  # re-run a cell
+    other = [("Sigmoid", ["I(0)"], ["s"]), ("Mul", ["GO(0)", "s"], ["GI(0)"])]
+    assert "restart the kernel" in verdict(capsys, lambda: lab03.check_ort_definition(lambda: other))
+    with capsys.disabled():  # ORTModule redirects file descriptors 1 and 2, which capsys lacks
+        ort_losses, torch_losses = lab03.train_softplus_mlp(True, steps=5), lab03.train_softplus_mlp(False, steps=5)
+    assert ort_losses[-1] < ort_losses[0]
+    np.testing.assert_allclose(ort_losses, torch_losses, rtol=1e-5)

@@ -65,7 +65,10 @@ class GradientBuilderBase:
     def shape(self, name):
         """Static shape of a value (ints, or strings for symbolic dims), or None when unknown."""
         arg = self.graph.node_arg(name)
-        return None if arg is None else arg.shape
+        if arg is None:  # the gradient of an output has that output's shape
+            outputs = [i for i, g in self._go.items() if g == name]
+            return self.shape(self.O(outputs[0])) if outputs else None
+        return arg.shape
 
     def rank(self, name):
         shape = self.shape(name)

@@ -230,10 +230,17 @@ def builder_from_definition(definition):
     def builder(b):
         names, grads = {}, [None] * len(b.node.inputs)
 
+        def placeholder(kind, index):
+            count = len(b.node.inputs) if kind in ("I", "GI") else len(b.node.outputs)
+            if index >= count:
+                raise OrtGradientError(f"the definition names {kind}({index}), but {b.node.op_type} has "
+                                       f"{count} {'input' if kind in ('I', 'GI') else 'output'}(s), counted from 0")
+            return getattr(b, kind)(index)
+
         def value(name):
             kind, _, index = name.partition("(")
             if kind in ("I", "O", "GO") and index.endswith(")"):
-                return getattr(b, kind)(int(index[:-1]))
+                return placeholder(kind, int(index[:-1]))
             return names[name] if name else ""
 
         for entry in definition:
@@ -243,7 +250,7 @@ def builder_from_definition(definition):
             targets = []
             for out in outputs:
                 gi = re.fullmatch(r"GI\((\d+)\)", out)
-                targets.append(b.GI(int(gi.group(1))) if gi else b.IA(out))
+                targets.append(placeholder("GI", int(gi.group(1))) if gi else b.IA(out))
                 if gi:
                     grads[int(gi.group(1))] = targets[-1]
                 else:

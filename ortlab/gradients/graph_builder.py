@@ -13,7 +13,7 @@ import onnx
 from onnx import TensorProto
 
 from ortlab.errors import OrtlabError
-from ortlab.gradients.builder_base import MS, GradientBuilderBase
+from ortlab.gradients.builder_base import MS, GradientBuilderBase, GradientBuilderError
 from ortlab.gradients.registry import get_gradient_builder, stop_edges
 from ortlab.ir import Graph
 
@@ -136,12 +136,11 @@ class GradientGraphBuilder:
         required = set(self._differentiable_slots(node, values))
         builder = get_gradient_builder(node.op_type, node.domain, node.name or f"#{node.index}")
         b = GradientBuilderBase(self.graph, node, incoming, required, self.unique)
-        grads = list(builder(b)) + [None] * len(node.inputs)
+        grads = _gradient_names(node, required, builder(b))
         self.grad_nodes += b.nodes
         self.constants.update(b.initializers)
         for i in sorted(required):
-            if grads[i] is not None:
-                self.contributions.setdefault(node.inputs[i].name, []).append(grads[i])
+            self.contributions.setdefault(node.inputs[i].name, []).append(grads[i])
 
     def _finish(self, value, final=None):
         """The name of `value`'s whole gradient: its one contribution, or their Sum.
@@ -180,6 +179,22 @@ class GradientGraphBuilder:
             self.graph.opset_imports.setdefault(MS, 1)
         self.graph.outputs = [self.loss] + x_grads
         return self.graph.to_model()
+
+
+def _gradient_names(node, required, grads):
+    """A builder's result, checked: a gradient name (str) for every input that needs one."""
+    what = f"the {node.op_type} builder (node {node.name or node.index})"
+    if not isinstance(grads, (list, tuple)):
+        raise GradientBuilderError(f"{what} returned {type(grads).__name__}; return a list with one "
+                                   "gradient name per forward input (None where b.needs(i) is False)")
+    grads = list(grads) + [None] * (len(node.inputs) - len(grads))
+    for i in sorted(required):
+        if not isinstance(grads[i], str) or not grads[i]:
+            got = "nothing" if grads[i] is None else repr(grads[i])
+            raise GradientBuilderError(
+                f"{what} returned {got} for input {i} ({node.inputs[i].name}), which needs a gradient: "
+                "return the name of the value holding it (what b.emit returns, or b.GI(i))")
+    return grads
 
 
 def _live(nodes, wanted):
