@@ -157,11 +157,14 @@ class TinyGPT(_Transformer):
     """A GPT-style decoder: causal pre-LN blocks, a final LayerNorm, an LM head, next-token loss."""
 
     @_seeded
-    def __init__(self, vocab=64, d_model=32, heads=2, layers=2, d_ff=64, max_len=16, dropout=0.1):
+    def __init__(self, vocab=64, d_model=32, heads=2, layers=2, d_ff=64, max_len=16, dropout=0.1,
+                 tie_embeddings=False):
         super().__init__()
         self._init(vocab, d_model, heads, layers, d_ff, max_len, dropout, causal=True)
         self.ln_f = LayerNorm(d_model)
         self.lm_head = nn.Linear(d_model, vocab)
+        if tie_embeddings:  # one weight for the token embedding and the LM head, as GPT-2 does
+            self.lm_head.weight = self.tok.weight
 
     def forward(self, input_ids, labels=None):
         logits = self.lm_head(self.ln_f(self._encode(input_ids)))

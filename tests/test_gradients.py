@@ -87,9 +87,10 @@ def test_roadmap_examples_emit_orts_op_types(case):
 
 # --- whole models ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", list(models.ZOO))
-def test_model_parameter_gradients_equal_torch_and_use_no_more_nodes_than_ort(name, record_property):
-    model = models.get(name)
+@pytest.mark.parametrize("name, kwargs", [(n, {}) for n in models.ZOO] + [("gpt", {"tie_embeddings": True})],
+                         ids=list(models.ZOO) + ["gpt-tied"])
+def test_model_parameter_gradients_equal_torch_and_use_no_more_nodes_than_ort(name, kwargs, record_property):
+    model = models.get(name, **kwargs)
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0  # the same masks in torch and ORT: none

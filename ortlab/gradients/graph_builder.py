@@ -38,12 +38,13 @@ class GradientGraphBuilder:
 
     # --- names -------------------------------------------------------------------------------
 
-    def unique(self, name):
+    def unique(self, name, reserve=True):
         candidate, k = name, 0
         while candidate in self._used:
             k += 1
             candidate = f"{name}_{k}"
-        self._used.add(candidate)
+        if reserve:
+            self._used.add(candidate)
         return candidate
 
     # --- validation ----------------------------------------------------------------------------
@@ -69,6 +70,12 @@ class GradientGraphBuilder:
 
     # --- reachability ----------------------------------------------------------------------------
 
+    def stopped_edges(self):
+        """(node, input index, input name) of every edge that carries no gradient here."""
+        return [(n, i, n.inputs[i].name) for n in self.graph.nodes()
+                for i in sorted(stop_edges(n.op_type, n.domain, self.extra_stops))
+                if i < len(n.inputs) and n.inputs[i].exists()]
+
     def _differentiable_slots(self, node, values):
         stops = stop_edges(node.op_type, node.domain, self.extra_stops)
         return [i for i, a in enumerate(node.inputs) if a.exists() and i not in stops and a.name in values]
@@ -77,7 +84,7 @@ class GradientGraphBuilder:
         et = self.graph.node_arg(name).elem_type
         return et is None or et in FLOAT_TYPES
 
-    def _forward_values(self):
+    def reachable_values(self):
         """Values that depend on some x through differentiable edges (x's included)."""
         values, queue = set(self.x_names), deque(self.x_names)
         while queue:
@@ -89,8 +96,10 @@ class GradientGraphBuilder:
                             queue.append(out.name)
         return values
 
-    def _relevant_nodes(self, values):
-        """Nodes on some path from an x to the loss (reverse BFS from the loss's producer)."""
+    def nodes_to_differentiate(self, values=None):
+        """Indices of the nodes on some path from an x to the loss (reverse BFS from the loss's
+        producer over differentiable edges)."""
+        values = self.reachable_values() if values is None else values
         if self.loss not in values:
             raise GradientGraphError(f"the loss {self.loss!r} does not depend on any x "
                                      f"({', '.join(self.x_names)}) through differentiable edges")
@@ -108,8 +117,8 @@ class GradientGraphBuilder:
     # --- building ------------------------------------------------------------------------------
 
     def build(self):
-        values = self._forward_values()
-        relevant = self._relevant_nodes(values)
+        values = self.reachable_values()
+        relevant = self.nodes_to_differentiate(values)
         reached = {n.inputs[i].name for n in self.graph.nodes() if n.index in relevant
                    for i in self._differentiable_slots(n, values)}
         for x in self.x_names:
@@ -148,8 +157,11 @@ class GradientGraphBuilder:
         parts = self.contributions.pop(value, [])
         if not parts:
             return None
-        if len(parts) == 1 and final is None:
-            return parts[0]
+        if len(parts) == 1 and final is None:  # named '<value>_grad' as ORT does, when free to
+            target = self.unique(f"{value}_grad", reserve=False)
+            if not self._rename_output(parts[0], target):
+                return parts[0]
+            return self.unique(target)
         target = final or self.unique(f"{value}_grad")
         if len(parts) > 1:
             self.grad_nodes.append(onnx.helper.make_node("Sum", parts, [target], name=f"AccumulateGrad_{target}"))

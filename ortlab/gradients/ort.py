@@ -43,5 +43,10 @@ def ort_gradient_graph(model, x_names, loss_name):
         return onnx.load_from_string(builder.get_model())
     except Exception as exc:
         reason = str(exc).splitlines()[0]
-        reason = reason.split(" was false. ")[-1]  # ORT's C++ check, then its message
+        check, _, message = reason.partition(" was false. ")  # ORT's C++ check, then its message
+        if message.strip() or not _:
+            reason = message.strip() or reason
+        else:  # a bare ORT_ENFORCE: name the condition and where it failed
+            where = check.split(" ")[0].rsplit("/", 1)[-1]
+            reason = f"{check.rsplit(') const ', 1)[-1]} was false ({where})"
         raise OrtGradientError(f"ORT's gradient builder failed: {reason}") from None

@@ -169,6 +169,11 @@ def check_matmul(builder):
 def check_ort_definition(make_definition):
     """Exercise 'ort_definition': Softplus's gradient in ORT's format, checked with ortlab first
     (ORT keeps the first definition it is given), then registered into ORT's C++ builder."""
+    check("ort_definition", ort_definition_test(make_definition))
+
+
+def ort_definition_test(make_definition):
+    """The test behind check_ort_definition (returns None, or what is wrong)."""
     def test():
         definition = make_definition()
         try:
@@ -186,7 +191,7 @@ def check_ort_definition(make_definition):
         theirs = _run(ort_gradient_graph(model, list(feeds), "loss"), feeds, "ORT's")
         return compare(theirs["x0_grad"], torch_gradients("Softplus", [feeds["x0"]], r)[0], 1e-4, 1e-5,
                        "the gradient from ORT's graph with your definition")
-    check("ort_definition", test)
+    return test
 
 
 class SoftplusMLP(torch.nn.Module):

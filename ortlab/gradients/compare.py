@@ -1,0 +1,89 @@
+"""Put ortlab's gradient graph next to ORT's: one-op models to differentiate, the gradient
+nodes each builder added, and counts by op type.
+
+The ORT side is onnxruntime.capi._pybind_state.GradientGraphBuilder (see ort.py), which runs
+orttraining/orttraining/core/framework/gradient_graph_builder.cc.
+"""
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+from onnx import helper, numpy_helper
+
+from ortlab.viz import Table
+
+
+@dataclass
+class OpModel:
+    """A one-node model with loss = ReduceSum(Y · R), its feeds and the inputs to differentiate."""
+
+    model: object
+    feeds: dict
+    x_names: list
+    loss: str = "loss"
+
+
+def op_model(op_type, inputs, constants=(), attributes=None, domain="", outputs=1, seed=0, opset=17):
+    """Y = op(inputs...) and loss = ReduceSum(Y · R) for a fixed random R of Y's shape.
+
+    inputs: {name: array} in the node's input order ('' for an absent optional input);
+    constants: the names among them that are initializers (shapes, axes, ratios), not x's;
+    outputs: how many outputs the node has (Y, Y1, ...; only Y feeds the loss).
+    """
+    from ortlab.session import run_node
+
+    present = {n: np.asarray(a) for n, a in inputs.items() if n}
+    y = run_node(op_type, list(present.values()), attributes, domain, opset, outputs)[0]
+    r = np.random.default_rng(seed).standard_normal(np.shape(y)).astype(y.dtype)
+    names = ["Y"] + [f"Y{k}" for k in range(1, outputs)]
+    nodes = [helper.make_node(op_type, list(inputs), names, name=op_type, domain=domain or None,
+                              **(attributes or {})),
+             helper.make_node("Mul", ["Y", "R"], ["YR"], name="loss_scale"),
+             helper.make_node("ReduceSum", ["YR"], ["loss"], name="loss_sum", keepdims=0)]
+    xs = [n for n in present if n not in constants]
+    graph = helper.make_graph(
+        nodes, op_type,
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(present[n].dtype), present[n].shape)
+         for n in xs],
+        [helper.make_tensor_value_info("loss", helper.np_dtype_to_tensor_dtype(y.dtype), [])],
+        [numpy_helper.from_array(present[n], n) for n in constants] + [numpy_helper.from_array(r, "R")])
+    imports = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    model = helper.make_model(graph, opset_imports=imports)
+    model.ir_version = 8
+    return OpModel(model, {n: present[n] for n in xs}, xs)
+
+
+def gradient_nodes(gradient_model, forward_model, of=None):
+    """The nodes a gradient builder added: those of `gradient_model` that are not forward nodes
+    (same name, or same first output), only those of forward node `of` when given (both ORT
+    and ortlab name a builder's nodes '<forward node>_Grad/...')."""
+    names = {n.name for n in forward_model.graph.node if n.name}
+    firsts = {n.output[0] for n in forward_model.graph.node if n.output}
+    nodes = [n for n in gradient_model.graph.node if n.name not in names and n.output[0] not in firsts]
+    return [n for n in nodes if of is None or n.name.startswith(f"{of}_Grad/")]
+
+
+def _op(node):
+    return f"{node.domain}:{node.op_type}" if node.domain else node.op_type
+
+
+def _describe(node):
+    return f"{_op(node)}({', '.join(node.input)}) -> {', '.join(node.output)}"
+
+
+def side_by_side(forward_model, ours, theirs, of=None):
+    """The gradient nodes of ours and ORT's (of forward node `of`), one per row, in graph order."""
+    a = [_describe(n) for n in gradient_nodes(ours, forward_model, of)]
+    b = [_describe(n) for n in gradient_nodes(theirs, forward_model, of)]
+    rows = [(x, y) for x, y in zip(a + [""] * (len(b) - len(a)), b + [""] * (len(a) - len(b)))]
+    return Table(("ortlab", "ORT"), rows)
+
+
+def count_by_type(forward_model, **gradient_models):
+    """Gradient nodes by op type for each named gradient model, with totals."""
+    counts = {name: Counter(_op(n) for n in gradient_nodes(m, forward_model))
+              for name, m in gradient_models.items()}
+    ops = sorted(set().union(*counts.values()), key=lambda op: (-max(c[op] for c in counts.values()), op))
+    rows = [(op, *(c[op] for c in counts.values())) for op in ops]
+    rows.append(("total", *(sum(c.values()) for c in counts.values())))
+    return Table(("op", *gradient_models), rows)
