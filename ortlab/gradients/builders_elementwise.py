@@ -27,7 +27,8 @@ def get_add_gradient(b):
 
 @register_gradient("Sum")
 def get_sum_gradient(b):
-    """Every input gets dY, reduced over its broadcast axes (the variadic Add)."""
+    """Every input gets dY, reduced over its broadcast axes (the variadic Add).
+    ORT 1.19.2 has no Sum builder."""
     return _binary(b, [b.GO(0)] * len(b.node.inputs))
 
 
@@ -159,7 +160,8 @@ def get_cast_gradient(b):
 
 @register_gradient("Where")
 def get_where_gradient(b):
-    """dX = Where(C, dY, 0), dY' = Where(C, 0, dY), reduced over broadcast axes. ORT: the same."""
+    """dX = Where(C, dY, 0), dY' = Where(C, 0, dY), reduced over broadcast axes.
+    ORT: the same Where nodes, but 1.19.2 does not reduce them over broadcast axes."""
     zero = b.constant(0.0, like=b.GO(0))
     dx = b.emit("Where", [b.I(0), b.GO(0), zero]) if b.needs(1) else None
     dy = b.emit("Where", [b.I(0), zero, b.GO(0)]) if b.needs(2) else None

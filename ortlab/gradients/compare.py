@@ -87,3 +87,55 @@ def count_by_type(forward_model, **gradient_models):
     rows = [(op, *(c[op] for c in counts.values())) for op in ops]
     rows.append(("total", *(sum(c.values()) for c in counts.values())))
     return Table(("op", *gradient_models), rows)
+
+
+def builders_table():
+    """Every registered gradient builder: op, the builder function, what it computes and emits."""
+    from ortlab.gradients.registry import GRADIENT_BUILDERS
+
+    rows = []
+    for (op, domain), fn in sorted(GRADIENT_BUILDERS.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        doc = " ".join((fn.__doc__ or "").split())
+        math, _, ort = doc.partition(" ORT")
+        rows.append((f"{domain}:{op}" if domain else op, fn.__name__, math, ("ORT" + ort) if ort else ""))
+    return Table(("op", "builder", "computes", "ORT's builder"), rows)
+
+
+def value_table(case, **gradient_models):
+    """Per x: the largest |gradient - central differences| of each gradient model (float32)."""
+    from ortlab.gradients.checker import DELTA, numeric_gradient
+    from ortlab.session import create, session_options
+
+    numeric = numeric_gradient(case.model, case.x_names, case.loss, case.feeds, DELTA)
+    results = {}
+    for name, model in gradient_models.items():
+        session = create(model, session_options("disable"), ["CPUExecutionProvider"])
+        results[name] = dict(zip([o.name for o in model.graph.output], session.run(None, case.feeds)))
+    rows = [(x, *(f"{np.max(np.abs(r[f'{x}_grad'] - numeric[x]), initial=0.0):.1e}" for r in results.values()))
+            for x in case.x_names]
+    return Table(("x", *(f"{n}: max |grad - numeric|" for n in gradient_models)), rows)
+
+
+def ort_verdict(case):
+    """What ORT's C++ builder does with a one-op case: builds it (and agrees with ortlab or not),
+    or refuses (with its reason)."""
+    from ortlab.errors import OrtlabError
+    from ortlab.gradients.graph_builder import build_gradient_graph
+    from ortlab.gradients.ort import ort_gradient_graph
+    from ortlab.session import create, session_options
+
+    def run(model):
+        session = create(model, session_options("disable"), ["CPUExecutionProvider"])
+        return dict(zip([o.name for o in model.graph.output], session.run(None, case.feeds)))
+
+    ours = run(build_gradient_graph(case.model, case.x_names, case.loss))
+    try:
+        theirs = run(ort_gradient_graph(case.model, case.x_names, case.loss))
+    except OrtlabError as exc:
+        return f"ORT cannot: {str(exc).split(': ', 1)[-1][:160]}"
+    for x in case.x_names:
+        if np.shape(theirs[f"{x}_grad"]) != np.shape(ours[f"{x}_grad"]):
+            return (f"ORT builds it, but its gradient of {x} has shape {list(np.shape(theirs[f'{x}_grad']))}, "
+                    f"not {list(np.shape(case.feeds[x]))}")
+    worst = max(float(np.max(np.abs(ours[f"{x}_grad"] - theirs[f"{x}_grad"]), initial=0.0)) for x in case.x_names)
+    return "ORT builds it, same values" if worst < 1e-4 else f"ORT builds it, values differ by up to {worst:.2g}"

@@ -43,6 +43,7 @@ def ort_gradient_graph(model, x_names, loss_name):
         return onnx.load_from_string(builder.get_model())
     except Exception as exc:
         reason = str(exc).splitlines()[0]
+        reason = reason.split("[ONNXRuntimeError] : 1 : FAIL : ")[-1]  # a Status: its message
         check, _, message = reason.partition(" was false. ")  # ORT's C++ check, then its message
         if message.strip() or not _:
             reason = message.strip() or reason
