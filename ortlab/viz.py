@@ -180,3 +180,19 @@ def node_table(model):
         rows.append((index, node.name or "(no name)", op, ", ".join(node.input),
                      ", ".join(node.output)))
     return Table(("index", "name", "op", "inputs", "outputs"), rows)
+
+
+def plot_curves(curves, title="", xlabel="step", ylabel="loss", logy=False):
+    """Plot named curves ({label: values}) in one figure and show it (returns None)."""
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 3.5))
+    for (label, values), style in zip(curves.items(), ("-", "--", ":", "-.") * 8):
+        axes.plot(range(len(values)), list(values), style, label=label, linewidth=2)
+    axes.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    if logy:
+        axes.set_yscale("log")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    plt.show()

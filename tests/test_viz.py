@@ -92,3 +92,16 @@ def test_two_models_served_at_once_each_serve_their_own():
         assert f'content="/data/{view.path.name}"' in page
         data = urllib.request.urlopen(view.url + "data/" + view.path.name, timeout=10).read()
         assert onnx.load_from_string(data).graph.node[0].name == name
+
+
+def test_plot_curves_draws_one_labelled_line_per_curve():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ortlab.viz import plot_curves
+    assert plot_curves({"ORT": [3, 2, 1], "torch": [3, 2.5, 1.5]}, title="loss") is None
+    lines = plt.gcf().axes[0].get_lines()
+    assert [line.get_label() for line in lines] == ["ORT", "torch"]
+    assert list(lines[1].get_ydata()) == [3, 2.5, 1.5]
+    plt.close("all")
