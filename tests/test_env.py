@@ -74,3 +74,15 @@ def test_environment_yml_pins_agree_with_pyproject():
         assert name in conda, f"environment.yml lacks {name}=={version}"
         assert conda[name].split("+")[0] == version, (name, conda[name], version)
     assert "onnxruntime-training-cpu" not in conda and "onnxruntime" not in conda
+
+
+def test_os_level_streams_lends_file_descriptors_only_when_missing(capsys):
+    import sys
+
+    from ortlab.env import os_level_streams
+    with pytest.raises(Exception):
+        sys.stdout.fileno()  # pytest's capture, like nbval's kernels, has none
+    captured = sys.stdout
+    with os_level_streams():
+        assert sys.stdout.fileno() >= 0 and sys.stderr.fileno() >= 0
+    assert sys.stdout is captured

@@ -208,7 +208,7 @@ class SoftplusMLP(torch.nn.Module):
 
 def train_softplus_mlp(use_ort, steps=20, seed=0, lr=0.05):
     """Losses of a short regression run, in ORTModule (no fallback to PyTorch) or in PyTorch."""
-    from ortlab.env import quiet_import, seed_everything
+    from ortlab.env import os_level_streams, quiet_import, seed_everything
 
     seed_everything(seed)
     model = SoftplusMLP()
@@ -226,7 +226,7 @@ def train_softplus_mlp(use_ort, steps=20, seed=0, lr=0.05):
         model = quiet_import("onnxruntime.training.ortmodule").ORTModule(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     losses = []
-    with warnings.catch_warnings():  # ORTModule's first run: an absent DeepSpeed, torch's export notice
+    with warnings.catch_warnings(), os_level_streams():  # ORTModule's first run: no DeepSpeed, torch's notice
         warnings.filterwarnings("ignore", "DeepSpeed import error", UserWarning)
         warnings.filterwarnings("ignore", "Setting `training`", FutureWarning)
         for _ in range(steps):
