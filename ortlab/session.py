@@ -128,6 +128,13 @@ def execution_order(model, feeds, order="default", level="disable", **kwargs):
     return [e["name"][: -len("_kernel_time")] for e in kernel_events(events)]
 
 
+def run_model(model, feeds, providers=("CPUExecutionProvider",)):
+    """Run a model once with graph optimizations off; returns {output name: array}."""
+    session = create(model, session_options("disable"), list(providers))
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, feeds)))
+
+
 def run_node(op_type, inputs, attributes=None, domain="", opset=17, outputs=1):
     """Run one op in ORT on numpy inputs (an OpTester in miniature); returns the output arrays.
 

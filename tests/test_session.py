@@ -58,3 +58,17 @@ def test_bad_options_are_explained():
         session.session_options(level="max")
     with pytest.raises(OrtlabError, match="SessionOptions has no option 'enable_turbo'"):
         session.session_options(enable_turbo=True)
+
+
+def test_run_model_returns_outputs_by_name():
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node("Neg", ["x"], ["y"]), helper.make_node("Abs", ["x"], ["z"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2]),
+                               helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    out = session.run_model(model, {"x": np.array([1.0, -2.0], np.float32)})
+    assert list(out) == ["y", "z"]
+    np.testing.assert_array_equal(out["y"], [-1.0, 2.0])
+    np.testing.assert_array_equal(out["z"], [1.0, 2.0])

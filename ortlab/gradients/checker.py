@@ -87,10 +87,10 @@ def check_gradient(model, x_names, loss_name, feeds, gradient_model=None, delta=
     ORT's (ort_gradient_graph) or your own to check that one instead.
     """
     from ortlab.gradients.graph_builder import build_gradient_graph
+    from ortlab.session import run_model
 
     gradient_model = gradient_model or build_gradient_graph(model, x_names, loss_name)
-    outputs = [o.name for o in gradient_model.graph.output]
-    analytic = dict(zip(outputs, _session(gradient_model).run(None, dict(feeds))))
+    analytic = run_model(gradient_model, dict(feeds))
     numeric = numeric_gradient(model, x_names, loss_name, feeds, delta)
     errors = {x: float(np.max(np.abs(analytic[f"{x}_grad"] - numeric[x]), initial=0.0)) for x in x_names}
     return GradientCheck(errors, tolerance)

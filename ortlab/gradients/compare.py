@@ -104,13 +104,10 @@ def builders_table():
 def value_table(case, **gradient_models):
     """Per x: the largest |gradient - central differences| of each gradient model (float32)."""
     from ortlab.gradients.checker import DELTA, numeric_gradient
-    from ortlab.session import create, session_options
+    from ortlab.session import run_model
 
     numeric = numeric_gradient(case.model, case.x_names, case.loss, case.feeds, DELTA)
-    results = {}
-    for name, model in gradient_models.items():
-        session = create(model, session_options("disable"), ["CPUExecutionProvider"])
-        results[name] = dict(zip([o.name for o in model.graph.output], session.run(None, case.feeds)))
+    results = {name: run_model(model, case.feeds) for name, model in gradient_models.items()}
     rows = [(x, *(f"{np.max(np.abs(r[f'{x}_grad'] - numeric[x]), initial=0.0):.1e}" for r in results.values()))
             for x in case.x_names]
     return Table(("x", *(f"{n}: max |grad - numeric|" for n in gradient_models)), rows)
@@ -122,15 +119,11 @@ def ort_verdict(case):
     from ortlab.errors import OrtlabError
     from ortlab.gradients.graph_builder import build_gradient_graph
     from ortlab.gradients.ort import ort_gradient_graph
-    from ortlab.session import create, session_options
+    from ortlab.session import run_model
 
-    def run(model):
-        session = create(model, session_options("disable"), ["CPUExecutionProvider"])
-        return dict(zip([o.name for o in model.graph.output], session.run(None, case.feeds)))
-
-    ours = run(build_gradient_graph(case.model, case.x_names, case.loss))
+    ours = run_model(build_gradient_graph(case.model, case.x_names, case.loss), case.feeds)
     try:
-        theirs = run(ort_gradient_graph(case.model, case.x_names, case.loss))
+        theirs = run_model(ort_gradient_graph(case.model, case.x_names, case.loss), case.feeds)
     except OrtlabError as exc:
         return f"ORT cannot: {str(exc).split(': ', 1)[-1][:160]}"
     for x in case.x_names:

@@ -74,9 +74,8 @@ def _run(model, feeds, whose):
     from ortlab import session
 
     try:
-        sess = session.create(model, session.session_options("disable"), ["CPUExecutionProvider"])
         with tempfile.TemporaryFile(mode="w+") as log, session.captured_stderr_fd(log):
-            return dict(zip([o.name for o in model.graph.output], sess.run(None, feeds)))
+            return session.run_model(model, feeds)
     except Exception as exc:
         reason = str(exc).splitlines()[0].split("] : ")[-1]
         raise CheckFailed(f"ORT could not run {whose} gradient graph: {reason}. Check the inputs of the "
