@@ -1,6 +1,7 @@
 """The comparison helpers the gradient notebooks use: what they report matches what the
 graphs hold."""
 import numpy as np
+from onnx import numpy_helper
 
 from ortlab.gradients import build_gradient_graph, ort_gradient_graph
 from ortlab.gradients.compare import count_by_type, gradient_nodes, op_model, ort_verdict, side_by_side, value_table
@@ -18,6 +19,9 @@ def test_op_model_differentiates_its_inputs_and_keeps_constants_out():
     assert case.x_names == ["X"] and list(case.feeds) == ["X"]
     assert [o for o in case.model.graph.node[0].output] == ["Y", "Y1"]
     assert {i.name for i in case.model.graph.initializer} == {"ratio", "training_mode", "R"}
+    r = next(numpy_helper.to_array(t) for t in case.model.graph.initializer if t.name == "R")
+    np.testing.assert_array_equal(case.loss_weights, r)
+    assert r.shape == (2, 3)
 
 
 def test_side_by_side_and_counts_list_each_builders_nodes():

@@ -20,6 +20,7 @@ class OpModel:
     model: object
     feeds: dict
     x_names: list
+    loss_weights: object = None  # R: the gradient that arrives at Y
     loss: str = "loss"
 
 
@@ -50,7 +51,7 @@ def op_model(op_type, inputs, constants=(), attributes=None, domain="", outputs=
     imports = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
     model = helper.make_model(graph, opset_imports=imports)
     model.ir_version = 8
-    return OpModel(model, {n: present[n] for n in xs}, xs)
+    return OpModel(model, {n: present[n] for n in xs}, xs, r)
 
 
 def gradient_nodes(gradient_model, forward_model, of=None):

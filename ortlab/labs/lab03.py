@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from onnx import TensorProto, helper, numpy_helper
 
 from ortlab.errors import OrtlabError
 from ortlab.gradients import (build_gradient_graph, builder_from_definition, check_gradient,
                               ort_gradient_graph, register_ort_gradient, using_gradient)
+from ortlab.gradients.compare import op_model
 from ortlab.labs.checks import CheckFailed, check, compare, describe
 
 
@@ -41,27 +41,16 @@ OPS = {
 }
 
 
-def _inputs(shapes, seed):
-    """Random inputs away from 0 (PRelu's kink), so finite differences stay honest."""
+def example_inputs(shapes, seed=0):
+    """Random float32 inputs away from 0 (PRelu's kink), so finite differences stay honest."""
     rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     return [np.asarray(a + 0.2 * np.sign(a), dtype=np.float32) for a in arrays]
 
 
 def one_op_model(op, arrays, seed=0):
-    """Inputs x0, x1, ... -> op -> loss = ReduceSum(Y · R) with a fixed random R (initializer)."""
-    names = [f"x{i}" for i in range(len(arrays))]
-    y = OPS[op].torch_fn(*[torch.tensor(a) for a in arrays]).numpy()
-    r = np.random.default_rng(seed + 100).standard_normal(y.shape).astype(np.float32)
-    nodes = [helper.make_node(op, names, ["y"], name=op), helper.make_node("Mul", ["y", "r"], ["yr"], name="scale"),
-             helper.make_node("ReduceSum", ["yr"], ["loss"], name="sum", keepdims=0)]
-    graph = helper.make_graph(nodes, op, [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape)
-                                          for n, a in zip(names, arrays)],
-                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
-                              [numpy_helper.from_array(r, "r")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model, dict(zip(names, arrays)), r
+    """Inputs x0, x1, ... -> op -> loss = ReduceSum(Y · R) (ortlab.gradients.compare.op_model)."""
+    return op_model(op, {f"x{i}": a for i, a in enumerate(arrays)}, seed=seed + 100)
 
 
 def torch_gradients(op, arrays, r):
@@ -114,8 +103,9 @@ def check_builder(op, builder, what="your builder"):
     """None when `builder` gives op's gradients on every case; else the first problem found."""
     spec = OPS[op]
     for k, shapes in enumerate(spec.cases):
-        arrays = _inputs(shapes, k)
-        model, feeds, r = one_op_model(op, arrays, k)
+        arrays = example_inputs(shapes, k)
+        case = one_op_model(op, arrays, k)
+        model, feeds, r = case.model, case.feeds, case.loss_weights
         shown = f"{op}({', '.join(describe(a) for a in arrays)})"
         try:
             with using_gradient(op, builder):
@@ -187,7 +177,8 @@ def ort_definition_test(make_definition):
             register_ort_gradient("Softplus", definition)
         except OrtlabError as exc:
             raise CheckFailed(str(exc)) from None
-        model, feeds, r = one_op_model("Softplus", _inputs([(3, 4)], 0))
+        case = one_op_model("Softplus", example_inputs([(3, 4)]))
+        model, feeds, r = case.model, case.feeds, case.loss_weights
         theirs = _run(ort_gradient_graph(model, list(feeds), "loss"), feeds, "ORT's")
         return compare(theirs["x0_grad"], torch_gradients("Softplus", [feeds["x0"]], r)[0], 1e-4, 1e-5,
                        "the gradient from ORT's graph with your definition")
@@ -215,8 +206,8 @@ def train_softplus_mlp(use_ort, steps=20, seed=0, lr=0.05):
     y = torch.sin(x.sum(1, keepdim=True))
     if use_ort:
         try:
-            model_, feeds, _ = one_op_model("Softplus", _inputs([(2, 2)], 0))
-            ort_gradient_graph(model_, list(feeds), "loss")
+            case = one_op_model("Softplus", example_inputs([(2, 2)]))
+            ort_gradient_graph(case.model, case.x_names, "loss")
         except OrtlabError:
             raise OrtlabError("ORT has no gradient for Softplus in this process yet, so ORTModule cannot "
                               "train this model: finish exercise 'ort_definition' (it registers yours) "
