@@ -104,7 +104,7 @@ class Graph:
             order = self.nodes()  # keep what we have; resolve() explains the cycle
         special = set(self.inputs) | set(self.outputs) | set(self.initializers)
         value_info = [self._value_info(a) for n, a in self._args.items()
-                      if n not in special and a.type_proto is not None]
+                      if n not in special and a.type_proto is not None and n in self._producers]
         graph = helper.make_graph([n.to_proto() for n in order], self.name,
                                   [self._value_info(self._args[n]) for n in self.inputs],
                                   [self._value_info(self._args[n]) for n in self.outputs],

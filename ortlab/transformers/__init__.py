@@ -1,0 +1,36 @@
+"""ortlab.transformers: a teaching mirror of ORT's graph optimizer (onnxruntime/core/optimizer/).
+
+    optimize(model, level=2, names=None) -> onnx.ModelProto
+    GraphTransformer, RewriteRule, RuleBasedGraphTransformer, GraphTransformerManager
+    register_transformer(level), register_rule(level): add one by decorating a class
+    pre_training_transformers(weights): the subset of ORT's GeneratePreTrainingTransformers
+"""
+from ortlab.transformers import graph_utils
+from ortlab.transformers.graph_transformer import (GraphTransformer, RewriteRule, RuleBasedGraphTransformer,
+                                                   RuleEffect, TransformerError)
+from ortlab.transformers.registry import LEVELS, known_names, register_rule, register_transformer, unregister
+
+# importing the modules registers their transformers, in ORT's order within each level
+from ortlab.transformers import eliminations  # noqa: E402,F401  (level 1 rules)
+from ortlab.transformers.constant_sharing import ConstantSharing  # noqa: E402
+from ortlab.transformers.cse import CommonSubexpressionElimination  # noqa: E402
+from ortlab.transformers.constant_folding import ConstantFolding  # noqa: E402
+from ortlab.transformers.matmul_fusions import (GemmActivationFusion, MatMulAddFusion,  # noqa: E402
+                                                MatMulScaleFusion, MatmulTransposeFusion)
+from ortlab.transformers.gelu_fusion import BiasGeluFusion, GeluFusion  # noqa: E402
+from ortlab.transformers.layer_norm_fusion import LayerNormFusion  # noqa: E402
+from ortlab.transformers.bias_fusions import BiasDropoutFusion, BiasSoftmaxFusion  # noqa: E402
+from ortlab.transformers.eliminations import (CastElimination, EliminateDropout,  # noqa: E402
+                                              EliminateIdentity, NoopReshapeElimination)
+from ortlab.transformers.manager import GraphTransformerManager, TransformerRecord, optimize  # noqa: E402
+from ortlab.transformers.pre_training import (optimize_for_training, ort_pre_training_table,  # noqa: E402
+                                              pre_training_transformers)
+
+__all__ = ["BiasDropoutFusion", "BiasGeluFusion", "BiasSoftmaxFusion", "CastElimination",
+           "CommonSubexpressionElimination", "ConstantFolding", "ConstantSharing", "EliminateDropout", "EliminateIdentity",
+           "GeluFusion", "GemmActivationFusion", "GraphTransformer", "GraphTransformerManager", "LEVELS",
+           "LayerNormFusion", "MatMulAddFusion", "MatMulScaleFusion", "MatmulTransposeFusion",
+           "NoopReshapeElimination", "RewriteRule", "RuleBasedGraphTransformer", "RuleEffect",
+           "TransformerError", "TransformerRecord", "graph_utils", "known_names", "optimize",
+           "optimize_for_training", "ort_pre_training_table", "pre_training_transformers",
+           "register_rule", "register_transformer", "unregister"]

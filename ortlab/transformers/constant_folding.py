@@ -1,0 +1,102 @@
+"""ConstantFolding: evaluate nodes whose inputs are all constant and store their outputs as initializers.
+
+Mirrors onnxruntime/core/optimizer/constant_folding.cc. ORT runs the node's CPU kernel;
+ortlab evaluates ONNX-domain nodes with onnx.reference. Skipped, as in ORT: ops that
+are not deterministic, nodes producing graph outputs, nodes with subgraphs, and (during
+training) anything reading an excluded initializer, i.e. a trainable weight. A Shape
+node folds when the dims it returns are all known, even if its input is not constant, and
+so does Gather(Shape(x), constant index) when the dims it picks are known; a Shape node
+left with no reader is removed.
+"""
+import numpy as np
+import onnx
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+
+from ortlab.transformers import graph_utils as gu
+from ortlab.transformers.graph_transformer import GraphTransformer, label
+from ortlab.transformers.registry import register_transformer
+
+NON_DETERMINISTIC = {"Dropout", "RandomNormal", "RandomUniform", "RandomNormalLike",
+                     "RandomUniformLike", "Multinomial", "Bernoulli"}
+
+
+@register_transformer(level=1)
+class ConstantFolding(GraphTransformer):
+    """f(constants) -> constant: the node is replaced by initializers holding its outputs."""
+
+    def __init__(self, excluded_initializers=()):
+        super().__init__()
+        self.excluded = set(excluded_initializers)
+
+    def apply_impl(self, graph):
+        modified = False
+        for node in self.nodes(graph):
+            if node.op_type == "Shape" and not graph.consumers(node.output_names[0]) \
+                    and node.output_names[0] not in graph.outputs:
+                graph.remove_node(node)  # its readers were all folded
+                modified = True
+                continue
+            values = self.fold(graph, node)
+            if values is None:
+                continue
+            graph.remove_node(node)
+            for name, value in zip(node.output_names, values):
+                if name:
+                    graph.add_initializer(name, value)
+            self.fused.append((label(node), "initializer", [node.op_type]))
+            modified = True
+        return modified
+
+    def fold(self, graph, node):
+        """The node's output values, or None when it must not or cannot be folded."""
+        if (node.domain or "") not in ("", "ai.onnx") or node.op_type in NON_DETERMINISTIC:
+            return None
+        if any(o in graph.outputs for o in node.output_names):
+            return None
+        if any(a.type == onnx.AttributeProto.GRAPH for a in node.attribute_protos.values()):
+            return None
+        if node.op_type == "Shape":
+            return self._fold_shape(graph, node)
+        if node.op_type == "Gather" and gu.is_op(graph.producer(node.input_names[0]), "Shape"):
+            return self._fold_shape_gather(graph, node)
+        inputs = [n for n in node.input_names if n]
+        values = [gu.constant(graph, n, self.excluded) for n in inputs]
+        if not inputs or any(v is None for v in values):
+            return None
+        return self._evaluate(graph, node, dict(zip(inputs, values)))
+
+    def _fold_shape(self, graph, node):
+        dims = gu.shape(graph, node.input_names[0])
+        if dims is None:
+            return None
+        start, end = node.attribute("start", 0), node.attribute("end", len(dims))
+        picked = dims[slice(start, end)]
+        if not all(isinstance(d, int) for d in picked):
+            return None
+        return [np.array(picked, dtype=np.int64)]
+
+    def _fold_shape_gather(self, graph, node):
+        shape_node = graph.producer(node.input_names[0])
+        full = gu.shape(graph, shape_node.input_names[0])
+        index = gu.constant(graph, node.input_names[1])
+        if full is None or index is None:
+            return None
+        start, end = shape_node.attribute("start", 0), shape_node.attribute("end", len(full))
+        dims = full[slice(start, end)]
+        picked = [dims[int(i)] for i in index.reshape(-1)]
+        if not all(isinstance(d, int) for d in picked):
+            return None
+        return [np.array(picked, dtype=np.int64).reshape(index.shape)]
+
+    @staticmethod
+    def _evaluate(graph, node, feeds):
+        proto = node.to_proto()
+        model = helper.make_model(
+            helper.make_graph([proto], "fold", [helper.make_tensor_value_info(n, 0, None) for n in feeds],
+                              [helper.make_tensor_value_info(o, 0, None) for o in proto.output if o]),
+            opset_imports=[helper.make_opsetid(d, v) for d, v in graph.opset_imports.items()])
+        try:
+            return list(ReferenceEvaluator(model).run(None, feeds))
+        except Exception:
+            return None  # onnx.reference cannot run it: leave it to the runtime, as ORT does

@@ -1,0 +1,88 @@
+"""Reference kernels (numpy, for onnx.reference) of the com.microsoft ops the fusions emit.
+
+They define what each fused op computes, so a fused graph can be checked where ORT's
+CPU EP has no kernel (BiasSoftmax, BiasDropout: onnxruntime/contrib_ops/cuda/ only).
+Schemas: onnxruntime/core/graph/contrib_ops/contrib_defs.cc, bert_defs.cc, and
+orttraining/orttraining/core/graph/training_op_defs.cc.
+"""
+import math
+
+import numpy as np
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
+
+erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _gelu(x):
+    return (0.5 * x * (1 + erf(x / np.sqrt(2)))).astype(x.dtype)
+
+
+class Gelu(OpRun):
+    op_domain = "com.microsoft"
+
+    def _run(self, x):
+        return (_gelu(x),)
+
+
+class BiasGelu(OpRun):
+    op_domain = "com.microsoft"
+
+    def _run(self, x, bias):
+        return (_gelu(x + bias),)
+
+
+class FusedMatMul(OpRun):
+    op_domain = "com.microsoft"
+
+    def _run(self, a, b, alpha=1.0, transA=0, transB=0, transBatchA=0, transBatchB=0):
+        a = np.swapaxes(a, -1, -2) if transA else a
+        b = np.swapaxes(b, -1, -2) if transB else b
+        return ((alpha * np.matmul(a, b)).astype(a.dtype),)
+
+
+class FusedGemm(OpRun):
+    op_domain = "com.microsoft"
+
+    def _run(self, a, b, c=None, alpha=1.0, beta=1.0, transA=0, transB=0, activation=None,
+             activation_alpha=0.01, activation_beta=None, activation_gamma=None):
+        y = alpha * (a.T if transA else a) @ (b.T if transB else b) + (0 if c is None else beta * c)
+        act = {"Relu": lambda v: np.maximum(v, 0), "Sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+               "Tanh": np.tanh, "LeakyRelu": lambda v: np.where(v > 0, v, activation_alpha * v)}
+        return (act.get(activation, lambda v: v)(y).astype(a.dtype),)
+
+
+class BiasSoftmax(OpRun):
+    op_domain = "com.microsoft"
+
+    def _run(self, x, bias, axis=1, is_inner_broadcast=0):
+        return (_softmax(x + bias, axis=axis).astype(x.dtype),)
+
+
+class BiasDropout(OpRun):
+    """Deterministic when it cannot drop (inference mode or ratio 0); otherwise seeded by `seed`."""
+    op_domain = "com.microsoft"
+
+    def _run(self, x, bias, residual=None, ratio=None, training_mode=None, seed=0):
+        y = x + bias
+        ratio = 0.5 if ratio is None else float(ratio)
+        keep = np.ones(y.shape, dtype=bool)
+        if training_mode is not None and bool(training_mode) and ratio > 0:
+            keep = np.random.default_rng(seed).random(y.shape) >= ratio
+            y = np.where(keep, y / (1 - ratio), 0).astype(x.dtype)
+        return ((y if residual is None else y + residual).astype(x.dtype), keep)
+
+
+CONTRIB_OPS = [Gelu, BiasGelu, FusedMatMul, FusedGemm, BiasSoftmax, BiasDropout]
+
+
+def reference_run(model, feeds):
+    """Run a model with onnx.reference, com.microsoft ops included; returns {output name: array}."""
+    evaluator = ReferenceEvaluator(model, new_ops=CONTRIB_OPS)
+    names = [o.name for o in model.graph.output]
+    return dict(zip(names, evaluator.run(None, feeds)))

@@ -1,0 +1,89 @@
+"""Elimination rules: nodes that compute nothing, removed by wiring their input to their consumers.
+
+Mirrors onnxruntime/core/optimizer/identity_elimination.cc (EliminateIdentity),
+dropout_elimination.cc (EliminateDropout), cast_elimination.cc (CastElimination);
+NoopReshapeElimination is ortlab's own (ORT 1.19.2 keeps a Reshape to the same shape).
+"""
+from ortlab.transformers import graph_utils as gu
+from ortlab.transformers.graph_transformer import RewriteRule, RuleEffect
+from ortlab.transformers.registry import register_rule
+
+
+class _Bypass(RewriteRule):
+    """Shared apply(): remove the node, its consumers read its input."""
+
+    def removable(self, graph, node):
+        reason = gu.bypass_reason(graph, node)
+        return True if reason is None else self.decline(node, reason)
+
+    def apply(self, graph, node):
+        gu.bypass(graph, node)
+        return RuleEffect.REMOVED_CURRENT_NODE
+
+
+@register_rule(level=1)
+class EliminateIdentity(_Bypass):
+    """Identity(x) -> x."""
+
+    target_op_types = ("Identity",)
+
+    def satisfy_condition(self, graph, node):
+        return gu.is_op(node, "Identity") and self.removable(graph, node)
+
+
+@register_rule(level=1)
+class EliminateDropout(_Bypass):
+    """Dropout(x) -> x when it cannot drop anything: inference mode, or ratio 0, and no mask used."""
+
+    target_op_types = ("Dropout",)
+
+    def satisfy_condition(self, graph, node):
+        names = node.input_names + ["", ""]
+        ratio, training = names[1], names[2]
+        in_training = False
+        if training:
+            mode = gu.constant(graph, training)
+            if mode is None:
+                return self.decline(node, f"training_mode '{training}' is not a constant")
+            in_training = bool(mode.reshape(-1)[0])
+        if in_training and (not ratio or gu.scalar(graph, ratio) != 0.0):
+            return self.decline(node, "it runs in training mode with a ratio that is not a constant 0")
+        return self.removable(graph, node)
+
+
+@register_rule(level=1)
+class CastElimination(_Bypass):
+    """Cast(x, to=T) -> x when x already has type T."""
+
+    target_op_types = ("Cast",)
+
+    def satisfy_condition(self, graph, node):
+        source = gu.elem_type(graph, node.input_names[0])
+        if source is None:
+            return self.decline(node, "the input's type is unknown")
+        if source != node.attribute("to"):
+            return False  # a real conversion: nothing to say
+        return self.removable(graph, node)
+
+
+@register_rule(level=1)
+class NoopReshapeElimination(_Bypass):
+    """Reshape(x, shape) -> x when the target shape is a constant equal to x's static shape."""
+
+    target_op_types = ("Reshape",)
+
+    def satisfy_condition(self, graph, node):
+        dims = gu.shape(graph, node.input_names[0])
+        target = gu.constant(graph, node.input_names[1])
+        if dims is None or not all(isinstance(d, int) for d in dims):
+            return self.decline(node, "the input's shape is not fully known")
+        if target is None:
+            return self.decline(node, "the target shape is not a constant")
+        wanted = [int(t) for t in target.reshape(-1)]
+        allowzero = node.attribute("allowzero", 0)
+        if len(wanted) != len(dims) or any(
+                not (w == d or (w == 0 and not allowzero) or w == -1) for w, d in zip(wanted, dims)):
+            return False
+        if wanted.count(-1) > 1:
+            return self.decline(node, "the target shape has more than one -1")
+        return self.removable(graph, node)

@@ -1,0 +1,177 @@
+"""GraphTransformer, RewriteRule and RuleBasedGraphTransformer: the three shapes an ORT optimization takes.
+
+Mirrors include/onnxruntime/core/optimizer/graph_transformer.h, rewrite_rule.h and
+rule_based_graph_transformer.h (with their .cc files in onnxruntime/core/optimizer/).
+
+- A GraphTransformer sees the whole graph and says whether it changed it (`apply_impl`).
+- A RewriteRule sees one node at a time: `target_op_types`, `satisfy_condition`, `apply`.
+- A RuleBasedGraphTransformer walks the graph in topological order and offers each node to
+  the rules that target its op type, then to the rules that target every op.
+
+Every check that declines says why (`self.decline(node, reason)`), so a learner can ask a
+transformer why it left a node alone.
+"""
+import enum
+
+from ortlab.errors import OrtlabError
+
+
+class TransformerError(OrtlabError):
+    """A transformer failed on a graph; the message names the transformer and the node."""
+
+
+class RuleEffect(enum.Enum):
+    """What a rule did (RewriteRule::RewriteRuleEffect)."""
+    NONE = "none"
+    UPDATED_CURRENT_NODE = "updated current node"
+    REMOVED_CURRENT_NODE = "removed current node"
+    MODIFIED_REST_OF_GRAPH = "modified rest of graph"
+
+
+def label(node):
+    """'name (#index Op)' for messages and tables."""
+    return f"{node.name or '(no name)'} (#{node.index} {node.op_type})"
+
+
+class _Explained:
+    """Bookkeeping shared by transformers and rules: why nodes were declined, what was fused."""
+
+    def decline(self, node, reason):
+        """Record why this node was left alone; returns False so a check can `return self.decline(...)`."""
+        self.declined.append((label(node), reason))
+        return False
+
+    def reset_log(self):
+        self.declined, self.fused = [], []
+
+    @property
+    def name(self):
+        return type(self).__name__
+
+
+class GraphTransformer(_Explained):
+    """A whole-graph optimization: subclasses implement `apply_impl(graph) -> bool` (modified).
+
+    Mirrors onnxruntime/core/optimizer/graph_transformer.h (GraphTransformer::Apply, ApplyImpl).
+    `level` is the optimization level it belongs to (1 basic, 2 extended, 3 layout);
+    `should_only_apply_once` makes the manager run it in the first step only.
+    """
+
+    level = 1
+    should_only_apply_once = False
+
+    def __init__(self):
+        self.reset_log()
+        self.current = None
+
+    def nodes(self, graph):
+        """The live nodes in topological order, remembering the current one for error messages.
+        Nodes a previous iteration removed are skipped."""
+        for node in graph.topological_order():
+            if graph._nodes[node.index] is node:
+                self.current = node
+                yield node
+        self.current = None
+
+    def apply(self, graph):
+        """Run apply_impl; an exception becomes a TransformerError naming this transformer and node."""
+        self.reset_log()
+        self.current = None
+        try:
+            return bool(self.apply_impl(graph))
+        except TransformerError:
+            raise
+        except Exception as exc:
+            where = f" at node {label(self.current)}" if self.current is not None else ""
+            raise TransformerError(f"transformer {self.name} failed{where}: {type(exc).__name__}: "
+                                   f"{exc}".splitlines()[0]) from exc
+
+    def apply_impl(self, graph):
+        raise NotImplementedError(f"{self.name} must implement apply_impl(graph) -> bool")
+
+    def __repr__(self):
+        return f"{self.name}(level={self.level})"
+
+
+class RewriteRule(_Explained):
+    """A local rewrite of one node's neighbourhood (onnxruntime/core/optimizer/rewrite_rule.h).
+
+    Subclasses set `target_op_types` (empty: every op) and implement
+    `satisfy_condition(graph, node) -> bool` and `apply(graph, node) -> RuleEffect`.
+    """
+
+    target_op_types = ()
+
+    def __init__(self):
+        self.reset_log()
+
+    def satisfy_condition(self, graph, node):
+        raise NotImplementedError(f"{self.name} must implement satisfy_condition(graph, node)")
+
+    def apply(self, graph, node):
+        raise NotImplementedError(f"{self.name} must implement apply(graph, node) -> RuleEffect")
+
+    def __repr__(self):
+        return f"{self.name}(targets={list(self.target_op_types) or 'all ops'})"
+
+
+class RuleBasedGraphTransformer(GraphTransformer):
+    """Runs a set of RewriteRules over the graph (rule_based_graph_transformer.cc).
+
+    For each node in topological order: the rules registered for its op type, then the
+    rules for every op; once a rule removes the node, later rules do not see it.
+    """
+
+    def __init__(self, name, rules=(), level=1):
+        super().__init__()
+        self._name, self.level, self.rules = name, level, []
+        for rule in rules:
+            self.register(rule)
+
+    @property
+    def name(self):
+        return self._name
+
+    def register(self, rule):
+        """Add a rule (RuleBasedGraphTransformer::Register); returns it."""
+        if not isinstance(rule, RewriteRule):
+            raise TransformerError(f"{self.name}: register() takes a RewriteRule instance, "
+                                   f"not {type(rule).__name__}")
+        self.rules.append(rule)
+        return rule
+
+    def rules_for(self, op_type):
+        return ([r for r in self.rules if op_type in r.target_op_types]
+                + [r for r in self.rules if not r.target_op_types])
+
+    def apply_impl(self, graph):
+        for rule in self.rules:
+            rule.reset_log()
+        modified = False
+        for node in self.nodes(graph):
+            for rule in self.rules_for(node.op_type):
+                effect = self._apply_rule(rule, graph, node)
+                modified |= effect is not RuleEffect.NONE
+                if effect is RuleEffect.REMOVED_CURRENT_NODE:
+                    break
+        self.declined = [d for r in self.rules for d in r.declined]
+        self.fused = [f for r in self.rules for f in r.fused]
+        return modified
+
+    def _apply_rule(self, rule, graph, node):
+        try:
+            if not rule.satisfy_condition(graph, node):
+                return RuleEffect.NONE
+            effect = rule.apply(graph, node)
+        except TransformerError:
+            raise
+        except Exception as exc:
+            raise TransformerError(f"rule {rule.name} (in {self.name}) failed at node {label(node)}: "
+                                   f"{type(exc).__name__}: {exc}".splitlines()[0]) from exc
+        if not isinstance(effect, RuleEffect):
+            raise TransformerError(f"rule {rule.name}.apply() returned {effect!r} at node {label(node)}; "
+                                   "return a RuleEffect (RuleEffect.NONE when it changed nothing)")
+        return effect
+
+    def __repr__(self):
+        return f"RuleBasedGraphTransformer('{self.name}', level={self.level}, rules={[r.name for r in self.rules]})"

@@ -1,0 +1,180 @@
+"""Small graph queries and edits that every transformer needs.
+
+Mirrors onnxruntime/core/optimizer/utils/graph_utils.h (IsSupportedOptypeVersionAndDomain,
+CanRemoveNode, RemoveNode, FinalizeNodeFusion) and optimizer_utils.h
+(IsInitializerWithExpectedValue, GetScalarInitializerValue, IsScalar).
+"""
+import numpy as np
+from onnx import TensorProto
+
+from ortlab.transformers.graph_transformer import label
+
+MS = "com.microsoft"
+FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
+
+
+def is_op(node, op_type, domain=""):
+    """True when the node is `op_type` of `domain` ('' and 'ai.onnx' are the same domain)."""
+    if node is None or node.op_type != op_type:
+        return False
+    return (node.domain or "") in ((domain,) if domain not in ("", "ai.onnx") else ("", "ai.onnx"))
+
+
+def constant(graph, name, excluded=()):
+    """The value of a constant initializer as a numpy array, or None.
+
+    An initializer that is also a graph input can be overridden at run time, so it is
+    not constant (graph_utils::IsConstantInitializer); neither are `excluded` names
+    (the trainable weights, during training).
+    """
+    if not name or name not in graph.initializers or name in graph.inputs or name in excluded:
+        return None
+    return graph.initializer_value(name)
+
+
+def scalar(graph, name):
+    """A constant initializer holding one number, as a Python float, or None."""
+    value = constant(graph, name)
+    return None if value is None or value.size != 1 else float(value.reshape(-1)[0])
+
+
+def is_scalar_close(graph, name, expected, rtol=1e-4):
+    """True when `name` is a constant single number within rtol of `expected`."""
+    value = scalar(graph, name)
+    return value is not None and np.isclose(value, expected, rtol=rtol, atol=0)
+
+
+def shape(graph, name):
+    """Dims of a value (ints, symbols or None), or None when its rank is unknown."""
+    arg = graph.node_arg(name)
+    return None if arg is None else arg.shape
+
+
+def elem_type(graph, name):
+    arg = graph.node_arg(name)
+    return None if arg is None else arg.elem_type
+
+
+def is_float(graph, name):
+    return elem_type(graph, name) in FLOAT_TYPES
+
+
+def uses(graph, name):
+    """How many times `name` is read: each consumer input slot, plus one if it is a graph output."""
+    return sum(c.input_names.count(name) for c in graph.consumers(name)) + graph.outputs.count(name)
+
+
+def single_consumer(graph, name):
+    """The one node reading `name` once, when nothing else reads it and it is not a graph output."""
+    consumers = graph.consumers(name)
+    if len(consumers) != 1 or uses(graph, name) != 1:
+        return None
+    return consumers[0]
+
+
+def other_input(node, name):
+    """For a two-input node, the input that is not `name` (None when both are `name`)."""
+    names = node.input_names
+    if len(names) != 2 or name not in names or names[0] == names[1]:
+        return None
+    return names[1] if names[0] == name else names[0]
+
+
+def bypass_reason(graph, node):
+    """Why a one-in/one-out node cannot be removed by wiring its input to its consumers, or None.
+
+    Mirrors graph_utils::CanRemoveNode: the extra outputs (e.g. a Dropout mask) must be
+    unused, and when its output is a graph output the value must be renamed upstream,
+    which needs an input produced by a node whose output nothing else reads.
+    """
+    if not node.inputs or not node.inputs[0].exists():
+        return "it has no data input"
+    if any(uses(graph, o.name) for o in node.outputs[1:] if o.exists()):
+        return "one of its extra outputs is used"
+    inp, out = node.input_names[0], node.output_names[0]
+    if out in graph.outputs:
+        producer = graph.producer(inp)
+        if producer is None:
+            return "its output is a graph output and its input is a graph input or initializer"
+        if uses(graph, inp) != 1:
+            return "its output is a graph output and its input has other consumers"
+    return None
+
+
+def bypass(graph, node):
+    """Remove a one-in/one-out node, its consumers reading its input instead (graph_utils::RemoveNode)."""
+    inp, out = node.input_names[0], node.output_names[0]
+    graph.remove_node(node)
+    if out in graph.outputs:
+        producer = graph.producer(inp)
+        graph.replace_node_output(producer, producer.output_names.index(inp), out)
+        graph.replace_all_uses(inp, out)
+    else:
+        graph.replace_all_uses(out, inp)
+
+
+def unique_node_name(graph, base):
+    """A node name no live node has (Graph::GenerateNodeName)."""
+    taken = {n.name for n in graph.nodes()}
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    return name
+
+
+def unique_value_name(graph, base):
+    """A value name no NodeArg has yet (Graph::GenerateNodeArgName)."""
+    name, k = base, 0
+    while graph.node_arg(name) is not None or name in graph.initializers:
+        k += 1
+        name = f"{base}_token_{k}"
+    return name
+
+
+def remove_unused_initializers(graph):
+    """Drop initializers nothing reads (Graph::CleanUnusedInitializersAndNodeArgs); returns their names."""
+    unused = [n for n in graph.initializers
+              if not graph.consumers(n) and n not in graph.outputs and n not in graph.inputs]
+    for name in unused:
+        graph.remove_initializer(name)
+    return unused
+
+
+def fuse(owner, graph, nodes, op_type, inputs, outputs, domain="", **attributes):
+    """Replace `nodes` by one new node (graph_utils::FinalizeNodeFusion); returns the new node.
+
+    The new node takes the outputs of the pattern, so consumers and graph outputs are
+    unchanged; `owner.fused` records (new node, its op type, the op types it replaced).
+    """
+    name = unique_node_name(graph, f"{op_type}_{nodes[0].name or nodes[0].index}")
+    removed = [n.op_type for n in nodes]
+    for node in nodes:
+        graph.remove_node(node)
+    if domain and domain not in graph.opset_imports:
+        graph.opset_imports[domain] = 1  # ORT's contrib ops are all version 1
+    new = graph.add_node(op_type, inputs, outputs, name=name, domain=domain, **attributes)
+    owner.fused.append((label(new), op_type, removed))
+    return new
+
+
+def broadcasts_to_last_dim(graph, bias, x):
+    """True when `bias` is 1-D and its length is the (known) last dim of `x`."""
+    b, s = shape(graph, bias), shape(graph, x)
+    return (b is not None and s is not None and len(b) == 1 and len(s) >= 1
+            and isinstance(b[0], int) and b[0] == s[-1])
+
+
+def normalized_axes(axes, rank):
+    """Axes as non-negative ints, or None when the rank is unknown."""
+    if rank is None:
+        return None
+    return sorted(a + rank if a < 0 else a for a in axes)
+
+
+def reduce_axes(graph, node):
+    """The axes a ReduceMean/ReduceSum reduces (attribute before opset 18, input after), or None."""
+    if len(node.inputs) > 1 and node.inputs[1].exists():
+        value = constant(graph, node.input_names[1])
+        return None if value is None else [int(a) for a in value.reshape(-1)]
+    return node.attribute("axes")

@@ -1,0 +1,101 @@
+"""LayerNormFusion: torch's exported LayerNorm subgraph -> one LayerNormalization node.
+
+Mirrors onnxruntime/core/optimizer/layer_norm_fusion.cc. The pattern, from X:
+
+    mean = ReduceMean(X, axes=[-1]);  d = Sub(X, mean)        (one Sub, or two identical ones)
+    var  = ReduceMean(Pow(d, 2), axes=[-1])
+    Y    = Div(d, Sqrt(Add(var, epsilon))) * scale + bias       -> LayerNormalization(X, scale, bias)
+
+It declines when the reduction is not over the last axis alone, when an intermediate
+value has another consumer (it would lose its producer), when epsilon is not a constant
+of X's element type, or when scale and bias are not 1-D of X's last dimension.
+"""
+from ortlab.transformers import graph_utils as gu
+from ortlab.transformers.graph_transformer import GraphTransformer
+from ortlab.transformers.registry import register_transformer
+
+
+@register_transformer(level=2)
+class LayerNormFusion(GraphTransformer):
+    """(X - mean) / sqrt(var + eps) * scale + bias -> LayerNormalization(X, scale, bias, epsilon=eps)."""
+
+    def apply_impl(self, graph):
+        modified = False
+        for node in self.nodes(graph):
+            if gu.is_op(node, "ReduceMean"):
+                match = self.match(graph, node)
+                if match:
+                    nodes, x, scale, bias, eps, out = match
+                    # ORT's training build adds the two outputs LayerNormalizationGrad reads
+                    stats = [gu.unique_value_name(graph, n) for n in ("saved_mean", "saved_inv_std_var")]
+                    gu.fuse(self, graph, nodes, "LayerNormalization", [x, scale, bias], [out, *stats],
+                            axis=-1, epsilon=eps, stash_type=1)
+                    modified = True
+        return modified
+
+    def _last_axis_only(self, graph, node, x):
+        dims = gu.shape(graph, x)
+        axes = gu.reduce_axes(graph, node)
+        if dims is None or axes is None or node.attribute("keepdims", 1) != 1:
+            return self.decline(node, "its axes or input rank are unknown, or keepdims is 0")
+        if gu.normalized_axes(axes, len(dims)) != [len(dims) - 1]:
+            return self.decline(node, f"it reduces over axes {axes}, not the last axis alone")
+        return True
+
+    def match(self, graph, rm1):
+        """The pattern's nodes and (X, scale, bias, epsilon, output), or None (reason recorded)."""
+        x, mean = rm1.input_names[0], rm1.output_names[0]
+        if graph.opset_imports.get("", 0) < 17:
+            return self.decline(rm1, "LayerNormalization is an ONNX op from opset 17 on")
+        if not gu.is_float(graph, x) or not self._last_axis_only(graph, rm1, x):
+            return None
+        subs = graph.consumers(mean)
+        if not subs or gu.uses(graph, mean) != len(subs) or len(subs) > 2 or not all(
+                gu.is_op(s, "Sub") and s.input_names == [x, mean] for s in subs):
+            return self.decline(rm1, "its mean is not read only by Sub(X, mean) nodes")
+        readers = [c for s in subs for c in graph.consumers(s.output_names[0])]
+        if sum(gu.uses(graph, s.output_names[0]) for s in subs) != 2 or len(readers) != 2:
+            return self.decline(rm1, "X - mean has consumers outside the pattern")
+        pow_ = next((c for c in readers if gu.is_op(c, "Pow")), None)
+        div = next((c for c in readers if gu.is_op(c, "Div")), None)
+        if pow_ is None or div is None or not gu.is_scalar_close(graph, pow_.input_names[1], 2.0):
+            return self.decline(rm1, "X - mean does not feed Pow(., 2) and Div")
+        chain = self._variance_chain(graph, rm1, pow_, div)
+        if not chain:
+            return None
+        rm2, add_eps, sqrt, eps = chain
+        tail = self._affine(graph, x, div)
+        if tail is None:
+            return self.decline(rm1, "the Div is not followed by Mul(scale) and Add(bias), "
+                                     "1-D of X's last dimension, each its only consumer")
+        mul, add_bias, scale, bias = tail
+        nodes = [rm1, *subs, pow_, rm2, add_eps, sqrt, div, mul, add_bias]
+        return nodes, x, scale, bias, eps, add_bias.output_names[0]
+
+    def _variance_chain(self, graph, rm1, pow_, div):
+        rm2 = gu.single_consumer(graph, pow_.output_names[0])
+        if not gu.is_op(rm2, "ReduceMean") or not self._last_axis_only(graph, rm2, pow_.output_names[0]):
+            return self.decline(rm1, "Pow's output is not only read by a ReduceMean over the last axis")
+        add = gu.single_consumer(graph, rm2.output_names[0])
+        eps_name = gu.other_input(add, rm2.output_names[0]) if gu.is_op(add, "Add") else None
+        eps = gu.scalar(graph, eps_name) if eps_name else None
+        if eps is None:
+            return self.decline(rm1, "the variance is not only read by Add(var, constant epsilon)")
+        if gu.elem_type(graph, eps_name) != gu.elem_type(graph, rm1.input_names[0]):
+            return self.decline(rm1, "epsilon's element type differs from X's")
+        sqrt = gu.single_consumer(graph, add.output_names[0])
+        if not gu.is_op(sqrt, "Sqrt") or gu.single_consumer(graph, sqrt.output_names[0]) is not div \
+                or div.input_names[1] != sqrt.output_names[0]:
+            return self.decline(rm1, "var + epsilon does not go through Sqrt into the Div's denominator")
+        return rm2, add, sqrt, eps
+
+    @staticmethod
+    def _affine(graph, x, div):
+        mul = gu.single_consumer(graph, div.output_names[0])
+        scale = gu.other_input(mul, div.output_names[0]) if gu.is_op(mul, "Mul") else None
+        add = gu.single_consumer(graph, mul.output_names[0]) if scale else None
+        bias = gu.other_input(add, mul.output_names[0]) if gu.is_op(add, "Add") else None
+        if bias is None or not (gu.broadcasts_to_last_dim(graph, scale, x)
+                                and gu.broadcasts_to_last_dim(graph, bias, x)):
+            return None
+        return mul, add, scale, bias

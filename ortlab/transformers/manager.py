@@ -1,0 +1,207 @@
+"""GraphTransformerManager and optimize(): run the registered transformers level by level until nothing changes.
+
+Mirrors onnxruntime/core/optimizer/graph_transformer_mgr.h/.cc (ApplyTransformers) and the
+level loop of InferenceSession::TransformGraph (onnxruntime/core/session/inference_session.cc).
+For each level, step after step up to the step limit: every transformer of the level in
+registration order (apply-once ones in the first step only), the graph re-resolved after each
+one that changed it; the loop ends with the first step in which nothing changed. Every
+application is recorded: which nodes it removed, added and fused, and why it declined others.
+"""
+from dataclasses import dataclass, field
+
+import onnx
+
+from ortlab.errors import OrtlabError
+from ortlab.ir import Graph
+from ortlab.transformers import graph_utils as gu, registry
+from ortlab.transformers.graph_transformer import (GraphTransformer, RuleBasedGraphTransformer,
+                                                   TransformerError, label)
+
+
+@dataclass
+class TransformerRecord:
+    """One application of one transformer in one step."""
+    level: int
+    step: int
+    transformer: str
+    modified: bool
+    removed: list = field(default_factory=list)
+    added: list = field(default_factory=list)
+    fused: list = field(default_factory=list)  # (new node, its op type, [op types it replaced])
+    declined: list = field(default_factory=list)  # (node, reason)
+
+
+class GraphTransformerManager:
+    """Holds transformers per level and applies them in a loop (GraphTransformerManager)."""
+
+    def __init__(self, steps=10):
+        if not isinstance(steps, int) or steps < 1:
+            raise OrtlabError(f"steps must be a positive int (ORT's session default is 10), got {steps!r}")
+        self.steps = steps
+        self.transformers = {level: [] for level in registry.LEVELS}
+        self.history = []
+
+    @classmethod
+    def from_registry(cls, level=2, names=None, providers=None, steps=10, **options):
+        """A manager holding the registered transformers of levels 1..level.
+
+        names: only these transformers or rules (a transformer named here runs whatever the EPs).
+        providers: EPs the model will run on (default: ortlab.env.providers()); a transformer
+        registered for other EPs only (BiasSoftmaxFusion: CUDA/ROCm) is skipped.
+        options: keyword arguments for the transformers that take them (excluded_initializers).
+        """
+        registry._check_level(level)
+        wanted = _check_names(names)
+        if providers is None:
+            from ortlab.env import providers as default_providers
+            providers = default_providers()
+        manager = cls(steps)
+        for lvl in range(1, level + 1):
+            rules = [r() for lv, r in registry.RULES if lv == lvl and _named(wanted, r.__name__, lvl)]
+            if rules:
+                manager.register(RuleBasedGraphTransformer(registry.rule_transformer_name(lvl), rules, lvl))
+            for lv, cls_, eps in registry.in_ort_order():
+                name_ok = wanted is None or cls_.__name__ in wanted
+                ep_ok = eps is None or any(p in eps for p in providers) or wanted is not None
+                if lv == lvl and name_ok and ep_ok:
+                    manager.register(_instantiate(cls_, options))
+        return manager
+
+    def register(self, transformer, level=None):
+        """Add a GraphTransformer instance at its level (or `level`); returns it."""
+        if not isinstance(transformer, GraphTransformer):
+            raise OrtlabError(f"register() takes a GraphTransformer instance, not {type(transformer).__name__}"
+                              "; for a RewriteRule, wrap it in a RuleBasedGraphTransformer")
+        level = transformer.level if level is None else level
+        registry._check_level(level)
+        self.transformers[level].append(transformer)
+        return transformer
+
+    def apply_transformers(self, graph, level):
+        """Run one level's transformers in a loop until a step changes nothing; returns modified."""
+        modified_any = False
+        for step in range(self.steps):
+            modified = False
+            for t in self.transformers[level]:
+                if t.should_only_apply_once and step > 0:
+                    continue
+                modified |= self._apply_one(graph, t, level, step)
+            modified_any |= modified
+            if not modified:
+                break
+        return modified_any
+
+    def _apply_one(self, graph, transformer, level, step):
+        before = {n.index: label(n) for n in graph.nodes()}
+        modified = transformer.apply(graph)
+        if modified:
+            gu.remove_unused_initializers(graph)
+        after = {n.index: label(n) for n in graph.nodes()}
+        if modified:
+            try:
+                graph.resolve()
+            except OrtlabError as exc:
+                raise TransformerError(f"transformer {transformer.name} left a graph that does not "
+                                       f"resolve: {exc}") from None
+        self.history.append(TransformerRecord(
+            level, step, transformer.name, modified,
+            [before[i] for i in before if i not in after], [after[i] for i in after if i not in before],
+            list(transformer.fused), list(transformer.declined)))
+        return modified
+
+    def optimize(self, model, level=None):
+        """A new, optimized onnx.ModelProto; `model` itself is never changed.
+
+        The graph is loaded as ORT loads it (Constant nodes become initializers) and
+        resolved first, so a malformed model fails with a message naming the node.
+        """
+        levels = [lv for lv in self.transformers if level is None or lv <= level]
+        graph = Graph.from_model(_copy(model), constants_as_initializers=True)
+        graph.resolve()
+        self.history = []
+        for lv in levels:
+            self.apply_transformers(graph, lv)
+        return graph.to_model()
+
+    # --- what happened ---------------------------------------------------------------------------
+
+    def history_table(self, all_steps=False):
+        """Per level, step and transformer: what it removed, added and fused (modifying steps only
+        unless all_steps)."""
+        from ortlab.viz import Table
+        rows = []
+        for r in self.history:
+            if r.modified or all_steps:
+                rows.append((r.level, r.step, r.transformer, len(r.removed), len(r.added), _summary(r.fused)))
+        return Table(("level", "step", "transformer", "removed", "added", "fused"), rows)
+
+    def fire_counts(self):
+        """{transformer or rule name: how many nodes it fused, folded or removed}."""
+        counts = {}
+        for r in self.history:
+            if r.modified:
+                counts[r.transformer] = counts.get(r.transformer, 0) + max(len(r.fused), 1)
+        return counts
+
+    def declined(self, name=None):
+        """Why each transformer (or the one called `name`) left nodes alone, last step only."""
+        from ortlab.viz import Table
+        last = {}
+        for r in self.history:
+            if name is None or r.transformer == name:
+                last[r.transformer] = r
+        rows = [(t, node, why) for t, r in last.items() for node, why in r.declined]
+        return Table(("transformer", "node", "declined because"), rows)
+
+    def __repr__(self):
+        parts = [f"{registry.LEVELS[lv]}: {[t.name for t in ts]}" for lv, ts in self.transformers.items() if ts]
+        return f"GraphTransformerManager(steps={self.steps}, " + ", ".join(parts) + ")"
+
+
+def optimize(model, level=2, names=None, providers=None, steps=10, **options):
+    """Optimize a model with ortlab's transformers of levels 1..level; returns a new ModelProto.
+
+    level: 1 basic, 2 extended, 3 layout (as ORT's GraphOptimizationLevel).
+    names: only the named transformers or rules (see registry.known_names()).
+    """
+    return GraphTransformerManager.from_registry(level, names, providers, steps, **options).optimize(model)
+
+
+def _summary(fused):
+    """'5 x LayerNormalization <- ReduceMean+Sub+...' per distinct rewrite."""
+    counts = {}
+    for _, op, ops in fused:
+        key = f"{op} <- {'+'.join(ops)}"
+        counts[key] = counts.get(key, 0) + 1
+    return "; ".join(f"{n} x {key}" for key, n in counts.items())
+
+
+def _copy(model):
+    if not isinstance(model, onnx.ModelProto):
+        from ortlab.ir import load_model
+        return load_model(model)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
+
+
+def _check_names(names):
+    if names is None:
+        return None
+    if isinstance(names, str):
+        names = [names]
+    known = registry.known_names()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise OrtlabError(f"no transformer or rule named {unknown}; registered: {', '.join(known)}")
+    return set(names)
+
+
+def _named(wanted, rule_name, level):
+    return wanted is None or rule_name in wanted or registry.rule_transformer_name(level) in wanted
+
+
+def _instantiate(cls, options):
+    import inspect
+    accepted = inspect.signature(cls.__init__).parameters
+    return cls(**{k: v for k, v in options.items() if k in accepted})
