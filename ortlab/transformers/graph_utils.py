@@ -80,18 +80,18 @@ def other_input(node, name):
     return names[1] if names[0] == name else names[0]
 
 
-def bypass_reason(graph, node):
-    """Why a one-in/one-out node cannot be removed by wiring its input to its consumers, or None.
+def bypass_reason(graph, node, keep=0):
+    """Why a node cannot be removed by wiring its input `keep` to its consumers, or None.
 
     Mirrors graph_utils::CanRemoveNode: the extra outputs (e.g. a Dropout mask) must be
     unused, and when its output is a graph output the value must be renamed upstream,
     which needs an input produced by a node whose output nothing else reads.
     """
-    if not node.inputs or not node.inputs[0].exists():
+    if len(node.inputs) <= keep or not node.inputs[keep].exists():
         return "it has no data input"
     if any(uses(graph, o.name) for o in node.outputs[1:] if o.exists()):
         return "one of its extra outputs is used"
-    inp, out = node.input_names[0], node.output_names[0]
+    inp, out = node.input_names[keep], node.output_names[0]
     if out in graph.outputs:
         producer = graph.producer(inp)
         if producer is None:
@@ -101,9 +101,9 @@ def bypass_reason(graph, node):
     return None
 
 
-def bypass(graph, node):
-    """Remove a one-in/one-out node, its consumers reading its input instead (graph_utils::RemoveNode)."""
-    inp, out = node.input_names[0], node.output_names[0]
+def bypass(graph, node, keep=0):
+    """Remove a node, its consumers reading its input `keep` instead (graph_utils::RemoveNode)."""
+    inp, out = node.input_names[keep], node.output_names[0]
     graph.remove_node(node)
     if out in graph.outputs:
         producer = graph.producer(inp)

@@ -1,0 +1,130 @@
+"""Checks for lab02_graph_transformer: a fusion (BiasGelu) and an elimination rule (Add 0 / Mul 1).
+
+Each check registers nothing itself: it runs the learner's class through ortlab's manager on
+graphs where it must fire and graphs where it must not, compares the outputs in ORT, and
+says which case went wrong and how.
+"""
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from ortlab.labs.checks import CheckFailed, check
+from ortlab.transformers import GeluFusion, GraphTransformer, GraphTransformerManager, RewriteRule
+from ortlab.transformers import RuleBasedGraphTransformer, registry
+from ortlab.transformers import examples as ex
+
+
+def _outputs_match(model, optimized, what):
+    from ortlab import session
+
+    feeds = ex.feeds(model)
+    want = session.run_model(model, feeds)
+    try:
+        got = session.run_model(optimized, feeds)
+    except Exception as exc:
+        raise CheckFailed(f"{what}: ORT cannot run the optimized model: {str(exc).splitlines()[0]}") from None
+    for name, value in want.items():
+        if name not in got or not np.allclose(got[name], value, rtol=1e-5, atol=1e-6):
+            return f"{what}: output '{name}' changed; a transformer must keep every output the same"
+    return None
+
+
+def _run(transformers, model, what):
+    manager = GraphTransformerManager()
+    for t in transformers:
+        manager.register(t, level=1)
+    try:
+        return manager.optimize(model)
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        raise CheckFailed(f"{what}: {str(exc).splitlines()[0]}") from None
+
+
+def _registered(cls, table):
+    if not any(entry[1] is cls for entry in table):
+        raise CheckFailed(f"{cls.__name__} is not registered; decorate the class with "
+                          f"@{'register_transformer(level=2)' if table is registry.TRANSFORMERS else 'register_rule(level=1)'}")
+
+
+def bias_gelu_cases():
+    """(description, model, should fire): Gelu already fused by GeluFusion before the learner's runs."""
+    swapped = ex.gelu(bias="1d")
+    swapped.graph.node[0].input[:] = ["bias", "x0"]
+    shared = ex.gelu(bias="1d")
+    shared.graph.output.append(helper.make_tensor_value_info("x", TensorProto.FLOAT, None))
+    return [("Add(x, bias) -> Gelu", ex.gelu(bias="1d"), True),
+            ("Add(bias, x) -> Gelu", swapped, True),
+            ("a bias of shape [3, 4]", ex.gelu(bias="2d"), False),
+            ("the Add's output is also a graph output", shared, False),
+            ("Gelu without an Add before it", ex.gelu(), False)]
+
+
+def check_bias_gelu(cls):
+    """Exercise 'bias_gelu': a GraphTransformer fusing Add(X, 1-D bias) -> Gelu into BiasGelu."""
+    def test():
+        if not (isinstance(cls, type) and issubclass(cls, GraphTransformer)):
+            return f"pass your class (a GraphTransformer subclass), not {cls!r}"
+        _registered(cls, registry.TRANSFORMERS)
+        for what, model, fires in bias_gelu_cases():
+            out = _run([GeluFusion(), cls()], model, what)
+            counts = ex.op_counts(out)
+            if fires and counts.get("com.microsoft:BiasGelu") != 1:
+                return f"{what}: expected one com.microsoft BiasGelu, got {counts}"
+            if fires and ("Add" in counts or "com.microsoft:Gelu" in counts):
+                return f"{what}: the Add and the Gelu should both be gone, got {counts}"
+            if not fires and "com.microsoft:BiasGelu" in counts:
+                return f"{what}: must not fuse (it is not safe here), but your transformer did"
+            reason = _outputs_match(model, out, what)
+            if reason:
+                return reason
+        return None
+    check("bias_gelu", test)
+
+
+def _noop_model(op, constant, x_shape=(2, 3), constant_first=False, x_is_output_of_input=False):
+    c = numpy_helper.from_array(np.asarray(constant, dtype=np.float32), "c")
+    inputs = ["c", "r"] if constant_first else ["r", "c"]
+    if x_is_output_of_input:
+        nodes = [helper.make_node(op, ["x", "c"], ["y"])]
+    else:
+        nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node(op, inputs, ["m"]),
+                 helper.make_node("Relu", ["m"], ["y"])]
+    graph = helper.make_graph(nodes, "noop", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [c])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def noop_cases():
+    """(description, model, should fire) for an Add-0 / Mul-1 elimination."""
+    return [("Add(x, 0)", _noop_model("Add", 0.0), True),
+            ("Mul(1, x)", _noop_model("Mul", 1.0, constant_first=True), True),
+            ("Add(x, zeros[3])", _noop_model("Add", np.zeros(3)), True),
+            ("Add(x, 0.5)", _noop_model("Add", 0.5), False),
+            ("Mul(x, 2)", _noop_model("Mul", 2.0), False),
+            ("Add(x, zeros[4, 2, 3]), which broadcasts x to a bigger shape", _noop_model("Add", np.zeros((4, 2, 3))), False),
+            ("Add(graph input, 0) -> graph output", _noop_model("Add", 0.0, x_is_output_of_input=True), False)]
+
+
+def check_noop_elimination(cls):
+    """Exercise 'noop_elimination': a RewriteRule removing Add(x, 0) and Mul(x, 1)."""
+    def test():
+        if not (isinstance(cls, type) and issubclass(cls, RewriteRule)):
+            return f"pass your class (a RewriteRule subclass), not {cls!r}"
+        _registered(cls, registry.RULES)
+        for what, model, fires in noop_cases():
+            out = _run([RuleBasedGraphTransformer("lab02", [cls()])], model, what)
+            before, after = len(model.graph.node), len(out.graph.node)
+            if fires and after != before - 1:
+                return f"{what}: expected the {model.graph.node[-2 if before > 1 else 0].op_type} node removed"
+            if not fires and after != before:
+                return f"{what}: must be left alone (removing it changes the result or the graph's interface)"
+            reason = _outputs_match(model, out, what)
+            if reason:
+                return reason
+        return None
+    check("noop_elimination", test)
+
+
+__all__ = ["bias_gelu_cases", "check_bias_gelu", "check_noop_elimination", "noop_cases"]
