@@ -51,7 +51,8 @@ def strip_solution(source, where="cell"):
             if not current:
                 raise LabBuildError(f"{where}, line {number}: '# BEGIN SOLUTION' needs an exercise "
                                     "id, e.g. '# BEGIN SOLUTION matmul_add'")
-            ids.append(current)
+            if current not in ids:  # one exercise may span several methods
+                ids.append(current)
             out.append(STUB.format(indent=begin["indent"], id=current, hint=HINT))
         elif end:
             if current is None:

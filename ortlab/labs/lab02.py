@@ -127,4 +127,22 @@ def check_noop_elimination(cls):
     check("noop_elimination", test)
 
 
-__all__ = ["bias_gelu_cases", "check_bias_gelu", "check_noop_elimination", "noop_cases"]
+def cases_table(cls):
+    """What `cls` did with each case of its exercise: expected, ops before and after (or what went wrong)."""
+    from ortlab.viz import Table
+    fusion = isinstance(cls, type) and issubclass(cls, GraphTransformer)
+    rows = []
+    for what, model, fires in (bias_gelu_cases() if fusion else noop_cases()):
+        try:
+            chain = [GeluFusion(), cls()] if fusion else [RuleBasedGraphTransformer("lab02", [cls()])]
+            after = ", ".join(f"{k} {v}" for k, v in sorted(ex.op_counts(_run(chain, model, what)).items()))
+        except NotImplementedError:
+            after = "not done yet"
+        except Exception as exc:
+            after = f"failed: {str(exc).splitlines()[0]}"
+        before = ", ".join(f"{k} {v}" for k, v in sorted(ex.op_counts(model).items()))
+        rows.append((what, "should fire" if fires else "leave alone", before, after))
+    return Table(("case", "expected", "ops before", "ops after your class"), rows)
+
+
+__all__ = ["bias_gelu_cases", "cases_table", "check_bias_gelu", "check_noop_elimination", "noop_cases"]
