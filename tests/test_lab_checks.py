@@ -255,3 +255,64 @@ def test_lab03_ort_definition_checked_before_registration_then_trains_in_ortmodu
     ort_losses, torch_losses = result["losses"]
     assert ort_losses[-1] < ort_losses[0]
     np.testing.assert_allclose(ort_losses, torch_losses, rtol=1e-5)
+
+
+# --- lab02: graph transformers -------------------------------------------------------------------
+
+def _lab02_result(check, cls):
+    from ortlab.labs.checks import evaluate
+    captured = {}
+    import ortlab.labs.lab02 as lab02
+    original = lab02.check
+    lab02.check = lambda exercise, test: captured.setdefault("r", evaluate(exercise, test))
+    try:
+        check(cls)
+    finally:
+        lab02.check = original
+    return captured["r"]
+
+
+def test_lab02_checks_pass_good_fail_unsafe_and_report_unfinished():
+    from ortlab.labs import lab02
+    from ortlab.transformers import BiasGeluFusion, GraphTransformer, RewriteRule, RuleEffect
+    from ortlab.transformers import graph_utils as gu
+    from ortlab.transformers import register_rule, register_transformer, unregister
+
+    @register_transformer(level=2)
+    class GoodBiasGelu(BiasGeluFusion):
+        pass
+
+    @register_transformer(level=2)
+    class ReckLessBiasGelu(GraphTransformer):  # fuses whatever the bias shape
+        def apply_impl(self, graph):
+            done = False
+            for node in self.nodes(graph):
+                add = graph.producer(node.input_names[0]) if gu.is_op(node, "Gelu", gu.MS) else None
+                if gu.is_op(add, "Add"):
+                    gu.fuse(self, graph, [add, node], "BiasGelu", add.input_names, node.output_names, domain=gu.MS)
+                    done = True
+            return done
+
+    @register_rule(level=1)
+    class UnfinishedNoop(RewriteRule):
+        target_op_types = ("Add",)
+
+        def satisfy_condition(self, graph, node):
+            raise NotImplementedError("exercise 'noop_elimination' is not done yet")
+
+        def apply(self, graph, node):
+            return RuleEffect.NONE
+
+    class Unregistered(BiasGeluFusion):
+        pass
+
+    try:
+        assert _lab02_result(lab02.check_bias_gelu, GoodBiasGelu).status == "pass"
+        bad = _lab02_result(lab02.check_bias_gelu, ReckLessBiasGelu)
+        assert bad.status == "fail" and ("must not fuse" in bad.message or "cannot run" in bad.message)
+        assert _lab02_result(lab02.check_noop_elimination, UnfinishedNoop).status == "not done"
+        missing = _lab02_result(lab02.check_bias_gelu, Unregistered)
+        assert missing.status == "fail" and "register_transformer" in missing.message
+    finally:
+        for name in ("GoodBiasGelu", "ReckLessBiasGelu", "UnfinishedNoop"):
+            unregister(name)
