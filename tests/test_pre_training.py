@@ -2,6 +2,7 @@
 backward graphs (ortlab's builder and ORT's), and the same parameter gradients as torch."""
 import numpy as np
 import pytest
+import torch
 
 import ortcheck
 from ortlab import models
@@ -17,8 +18,8 @@ def run(model, feeds):
 @pytest.fixture(scope="module", params=["bert", "gpt"])
 def case(request):
     model = models.get(request.param, dropout=0.0)
-    inputs = model.example_inputs()
-    onx = models.export(model, inputs, training=True)
+    onx, x, y = ortcheck.clean_export(request.param, True, dropout=0.0)
+    inputs = (torch.from_numpy(x), torch.from_numpy(y))
     params = dict(model.named_parameters())
     weights = [i.name for i in onx.graph.initializer if i.name in params]
     feeds = {i.name: t.numpy() for i, t in zip(onx.graph.input, inputs)}

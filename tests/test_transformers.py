@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 import pytest
 
+import ortcheck
 from ortlab import models, session
 from ortlab.errors import OrtlabError
 from ortlab.transformers import examples as ex
@@ -48,11 +49,9 @@ def seeded_dropouts(model):
                 ids=lambda p: f"{p[0]}-{'training' if p[1] else 'inference'}")
 def exported(request):
     name, training = request.param
-    model = models.get(name)
-    x, y = model.example_inputs()
-    onnx_model = seeded_dropouts(models.export(model, (x, y), training=training))
-    feeds = {model.input_names[0]: x.numpy(), "labels": y.numpy()}
-    return name, training, onnx_model, feeds
+    onx, x, y = ortcheck.clean_export(name, training)
+    feeds = {models.get(name).input_names[0]: x, "labels": y}
+    return name, training, seeded_dropouts(onx), feeds
 
 
 @pytest.mark.parametrize("level", [1, 2])
