@@ -25,10 +25,6 @@ NON_DETERMINISTIC = {"Dropout", "RandomNormal", "RandomUniform", "RandomNormalLi
 class ConstantFolding(GraphTransformer):
     """f(constants) -> constant: the node is replaced by initializers holding its outputs."""
 
-    def __init__(self, excluded_initializers=()):
-        super().__init__()
-        self.excluded = set(excluded_initializers)
-
     def apply_impl(self, graph):
         modified = False
         for node in self.nodes(graph):

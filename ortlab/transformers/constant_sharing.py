@@ -13,10 +13,6 @@ from ortlab.transformers.registry import register_transformer
 class ConstantSharing(GraphTransformer):
     """c1 = 2.0, c2 = 2.0 -> one initializer read by both."""
 
-    def __init__(self, excluded_initializers=()):
-        super().__init__()
-        self.excluded = set(excluded_initializers)
-
     def apply_impl(self, graph):
         first, modified = {}, False
         for name in list(graph.initializers):

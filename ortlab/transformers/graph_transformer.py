@@ -55,14 +55,17 @@ class GraphTransformer(_Explained):
     Mirrors onnxruntime/core/optimizer/graph_transformer.h (GraphTransformer::Apply, ApplyImpl).
     `level` is the optimization level it belongs to (1 basic, 2 extended, 3 layout);
     `should_only_apply_once` makes the manager run it in the first step only.
+    `excluded_initializers` are initializers it must treat as variable (ORT passes the
+    trainable weights during training, so folding or sharing never cuts one off its gradient).
     """
 
     level = 1
     should_only_apply_once = False
 
-    def __init__(self):
+    def __init__(self, excluded_initializers=()):
         self.reset_log()
         self.current = None
+        self.excluded = set(excluded_initializers)
 
     def nodes(self, graph):
         """The live nodes in topological order, remembering the current one for error messages.

@@ -110,10 +110,6 @@ class MatmulTransposeFusion(GraphTransformer):
 class MatMulScaleFusion(GraphTransformer):
     """Mul(MatMul(A, B), s), MatMul(Mul(A, s), B) or Div(MatMul(A, B), s) -> FusedMatMul(alpha=s or 1/s)."""
 
-    def __init__(self, excluded_initializers=()):
-        super().__init__()
-        self.excluded = set(excluded_initializers)
-
     def apply_impl(self, graph):
         modified = False
         for node in self.nodes(graph):
