@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from ortlab.errors import OrtlabError
 
 DEVICE_VARIABLE = "ORTLAB_DEVICE"
+TRITON_INTERPRET = "TRITON_INTERPRET"
 _DEVICES = ("cpu", "cuda")
 _ORT_PROVIDER = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
@@ -102,6 +103,40 @@ def providers():
     return [_ORT_PROVIDER["cuda"], _ORT_PROVIDER["cpu"]] if dev == "cuda" else [_ORT_PROVIDER["cpu"]]
 
 
+def _torch_sees_cuda():
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def configure_triton():
+    """Choose how Triton kernels run: compiled on a CUDA GPU, or Triton's interpreter on CPU.
+
+    Triton reads TRITON_INTERPRET when it is first imported, so this runs when ortlab.env is
+    imported (every ortlab module imports it first). A value the user set is left alone.
+    Returns the mode: 'compiled (cuda)' or 'interpreter (cpu)'.
+    """
+    if TRITON_INTERPRET not in os.environ and not _torch_sees_cuda():
+        os.environ[TRITON_INTERPRET] = "1"
+    return triton_mode()
+
+
+def triton_mode():
+    """'interpreter (cpu)' when TRITON_INTERPRET=1, else 'compiled (cuda)'.
+
+    Triton 3.x reads the variable when `@triton.jit` decorates a kernel, so it must be set
+    before ortlab.kernels (or any module defining kernels) is imported.
+    """
+    return "interpreter (cpu)" if os.environ.get(TRITON_INTERPRET) == "1" else "compiled (cuda)"
+
+
+def kernel_device():
+    """Where ortlab.kernels puts tensors: 'cpu' under the interpreter, 'cuda' when compiled."""
+    return "cpu" if triton_mode().startswith("interpreter") else "cuda"
+
+
 def seed_everything(seed=0):
     """Seed Python, numpy and torch (CPU and CUDA), and ask torch for deterministic kernels."""
     import numpy as np
@@ -149,6 +184,7 @@ def report():
         "onnx": _version("onnx"),
         "onnxruntime": f"{ort_version} ({dist})",
         "triton": _version("triton") or "not installed",
+        "triton kernels": triton_mode(),
         "training build": "yes" if has_training_build() else "no (plain onnxruntime)",
         "ORTModule extensions": "built" if has_ortmodule_extensions() else "not built (run make setup)",
         "device": f"{dev} ({_device_name(dev)})",
@@ -158,6 +194,8 @@ def report():
     }
     return Report(rows)
 
+
+configure_triton()
 
 if __name__ == "__main__":
     print(report())

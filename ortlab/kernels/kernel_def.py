@@ -1,0 +1,122 @@
+"""What a kernel declares: its inputs, outputs, attributes with defaults, and type constraints.
+
+Mirrors onnxruntime/core/framework/kernel_def_builder.h (KernelDefBuilder: TypeConstraint,
+MayInplace, ...) and onnxruntime/core/framework/op_kernel.h (OpKernel: attributes read once
+in the constructor, Compute(OpKernelContext*) called on every run). Every ortlab kernel has a
+plain numpy `reference` (the maths) and a `compute` that launches Triton kernels.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from ortlab.errors import OrtlabError
+
+FLOAT = ("float32",)
+INDEX = ("int64", "int32")
+
+
+class KernelInputError(OrtlabError):
+    """An input has the wrong count, dtype, rank or shape for the kernel."""
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One formal input or output, as in ORT's OpSchema::FormalParameter.
+
+    types: the dtypes allowed (names of numpy dtypes); ranks: the ranks allowed, None for any.
+    """
+
+    name: str
+    types: tuple = FLOAT
+    optional: bool = False
+    ranks: tuple = None
+
+
+class Kernel:
+    """Base of every kernel: bind attributes once, check inputs, then `compute` on tensors.
+
+    Subclasses set op_type, domain, inputs, outputs, attributes (name -> default), and
+    `mirrors` (the ORT file of the CUDA kernel they follow). `atol` is the absolute
+    tolerance op_test uses (ORT's OpTester default is 1e-4 on CPU, raised where a kernel
+    sums many terms). `random` kernels are compared by their invariant, not elementwise.
+    """
+
+    op_type = ""
+    domain = ""
+    inputs = ()
+    outputs = ()
+    attributes = {}
+    mirrors = ""
+    atol = 1e-4
+    rtol = 1e-4
+    random = False
+    ort_cpu = True  # ORT's CPU execution provider has a kernel for this op
+
+    def __init__(self, **attributes):
+        unknown = sorted(set(attributes) - set(self.attributes))
+        if unknown:
+            raise OrtlabError(f"{self.op_type} has no attribute {', '.join(map(repr, unknown))}; "
+                              f"its attributes are {sorted(self.attributes) or 'none'}")
+        for name, default in self.attributes.items():
+            setattr(self, name, attributes.get(name, default))
+        self.given = dict(attributes)
+
+    def __repr__(self):
+        bound = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.attributes)
+        return f"{type(self).__name__}({bound})  # {self.domain or 'ai.onnx'}::{self.op_type}"
+
+    # -- the parts a kernel writes ------------------------------------------------------
+    def reference(self, *inputs):
+        """The maths in numpy: numpy arrays in, a tuple of numpy arrays out."""
+        raise NotImplementedError
+
+    def compute(self, *inputs):
+        """Launch Triton kernels: torch tensors (or None) in, a tuple of torch tensors out."""
+        raise NotImplementedError
+
+    def check_shapes(self, *inputs):
+        """Raise KernelInputError (via self.expect) when the shapes do not fit together."""
+
+    def flops(self, *inputs):
+        """Floating-point operations, counted analytically (default: one per output element)."""
+        return int(sum(np.asarray(a).size for a in inputs[:1]))
+
+    def invariant(self, inputs, outputs):
+        """For random kernels: a list of problems with `outputs` (empty when they are valid)."""
+        return []
+
+    # -- helpers --------------------------------------------------------------------
+    def expect(self, condition, message):
+        if not condition:
+            raise KernelInputError(f"{self.op_type}: {message}")
+
+    def validate(self, inputs):
+        """Check count, dtypes and ranks against the declaration; returns the inputs padded
+        with None for absent optional ones."""
+        required = sum(not a.optional for a in self.inputs)
+        count = f"{required}" if required == len(self.inputs) else f"{required} to {len(self.inputs)}"
+        self.expect(required <= len(inputs) <= len(self.inputs),
+                    f"takes {count} inputs "
+                    f"({', '.join(a.name for a in self.inputs)}), got {len(inputs)}")
+        inputs = list(inputs) + [None] * (len(self.inputs) - len(inputs))
+        for i, (arg, value) in enumerate(zip(self.inputs, inputs)):
+            if value is None:
+                self.expect(arg.optional, f"input {i} '{arg.name}' is required, got None")
+                continue
+            self._check_arg(i, arg, np.asarray(value))
+        self._check_same_type(inputs)
+        self.check_shapes(*inputs)
+        return inputs
+
+    def _check_arg(self, i, arg, value):
+        self.expect(value.dtype.name in arg.types,
+                    f"input {i} '{arg.name}' must be {' or '.join(arg.types)}, got {value.dtype.name}")
+        if arg.ranks is not None:
+            self.expect(value.ndim in arg.ranks,
+                        f"input {i} '{arg.name}' must have rank {' or '.join(map(str, arg.ranks))}, "
+                        f"got shape {value.shape}")
+
+    def _check_same_type(self, inputs):
+        floats = {np.asarray(v).dtype.name for a, v in zip(self.inputs, inputs)
+                  if v is not None and a.types == FLOAT}
+        self.expect(len(floats) <= 1, f"inputs constrained to one type T got {sorted(floats)}")

@@ -1,0 +1,70 @@
+"""Running a registered kernel on numpy inputs: the Python side of a kernel launch.
+
+Mirrors what onnxruntime/core/framework/sequential_executor.cc does around OpKernel::Compute
+for one node: inputs checked against the kernel definition, placed on the kernel's device,
+Compute called, outputs handed back. Under Triton's interpreter (no GPU) the tensors live on
+the CPU; on a GPU they are copied to it and back.
+"""
+import contextlib
+
+import numpy as np
+import torch
+import triton
+
+from ortlab.env import kernel_device
+from ortlab.kernels.registry import get_kernel
+
+LAUNCHES = []
+
+
+def launch(kernel_fn, grid, *args, **meta):
+    """Launch a @triton.jit kernel on `grid` programs and record it (name, grid)."""
+    grid = tuple(int(g) for g in (grid if isinstance(grid, tuple) else (grid,)))
+    LAUNCHES.append((kernel_fn.fn.__name__ if hasattr(kernel_fn, "fn") else str(kernel_fn), grid))
+    kernel_fn[grid](*args, **meta)
+
+
+@contextlib.contextmanager
+def count_launches():
+    """`with count_launches() as launches:` collects the (kernel name, grid) of each launch."""
+    start = len(LAUNCHES)
+    recorded = []
+    try:
+        yield recorded
+    finally:
+        recorded.extend(LAUNCHES[start:])
+        del LAUNCHES[start:]
+
+
+def block_size(n, at_least=16):
+    """The power of two a block of `n` elements needs (tl.arange wants powers of two)."""
+    return max(at_least, triton.next_power_of_2(int(n)))
+
+
+def to_device(array):
+    if array is None:
+        return None
+    return torch.from_numpy(np.ascontiguousarray(array)).to(kernel_device())
+
+
+def to_numpy(tensor):
+    return tensor.detach().cpu().numpy()
+
+
+def run(op_type, *inputs, domain="", **attributes):
+    """Execute ortlab's Triton kernel for an op on numpy inputs; returns a tuple of numpy arrays.
+
+    Wrong input counts, dtypes, ranks or shapes raise KernelInputError (an OrtlabError)
+    naming the op and the input. Absent optional inputs may be left off or passed as None.
+    """
+    kernel = get_kernel(op_type, domain)(**attributes)
+    arrays = kernel.validate([None if a is None else np.asarray(a) for a in inputs])
+    outputs = kernel.compute(*[to_device(a) for a in arrays])
+    return tuple(to_numpy(o) for o in outputs)
+
+
+def run_reference(op_type, *inputs, domain="", **attributes):
+    """The kernel's numpy reference on the same inputs, after the same checks."""
+    kernel = get_kernel(op_type, domain)(**attributes)
+    arrays = kernel.validate([None if a is None else np.asarray(a) for a in inputs])
+    return tuple(np.asarray(o) for o in kernel.reference(*arrays))
