@@ -1,0 +1,133 @@
+"""Dropout (opset 13) and DropoutGrad: elementwise, with a counter-based random generator.
+
+  Dropout:     keep = rand(seed, i) >= ratio;  y = keep ? x / (1 - ratio) : 0;  mask = keep
+  DropoutGrad: dx = mask ? dy / (1 - ratio) : 0
+
+`tl.rand(seed, offsets)` is Philox, a counter-based generator: element i's number depends only
+on (seed, i), so every program draws its own numbers with no shared state, and the same seed
+gives the same mask on any grid (ORT's CUDA kernel uses Philox the same way, through curand).
+In inference mode (training_mode false, the default) or with ratio 0, y = x and the mask is
+all true. ORT's DropoutGrad applies the mask whatever training_mode says; so does this one.
+Mirrors onnxruntime/core/providers/cuda/nn/dropout.cc, dropout_impl.cu and
+orttraining/orttraining/training_ops/cuda/nn/dropout_grad.cc.
+"""
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from ortlab.kernels.kernel_def import Arg, Kernel
+from ortlab.kernels.launch import launch
+from ortlab.kernels.registry import MS_DOMAIN, register_kernel
+
+BLOCK = 1024
+RATIO = ("float32", "float64")
+BOOL = ("bool",)
+
+
+@triton.jit
+def dropout_kernel(x_ptr, y_ptr, mask_ptr, n, ratio, seed, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    in_range = offsets < n
+    x = tl.load(x_ptr + offsets, mask=in_range)
+    keep = tl.rand(seed, offsets) >= ratio
+    tl.store(y_ptr + offsets, tl.where(keep, x / (1.0 - ratio), 0.0), mask=in_range)
+    tl.store(mask_ptr + offsets, keep, mask=in_range)
+
+
+@triton.jit
+def dropout_grad_kernel(dy_ptr, mask_ptr, dx_ptr, n, scale, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    in_range = offsets < n
+    dy = tl.load(dy_ptr + offsets, mask=in_range)
+    keep = tl.load(mask_ptr + offsets, mask=in_range) != 0
+    tl.store(dx_ptr + offsets, tl.where(keep, dy * scale, 0.0), mask=in_range)
+
+
+def ratio_of(ratio):
+    return 0.5 if ratio is None else float(np.asarray(ratio.cpu() if hasattr(ratio, "cpu") else ratio))
+
+
+def is_training(training_mode):
+    if training_mode is None:
+        return False
+    return bool(np.asarray(training_mode.cpu() if hasattr(training_mode, "cpu") else training_mode))
+
+
+class _RatioChecks(Kernel):
+    def check_ratio(self, ratio):
+        self.expect(ratio is None or 0.0 <= float(ratio) < 1.0,
+                    f"input 'ratio' must be in [0, 1), got {None if ratio is None else float(ratio)}")
+
+
+@register_kernel
+class Dropout(_RatioChecks):
+    """y = x * keep / (1 - ratio), keep ~ Bernoulli(1 - ratio), seeded by `seed`."""
+
+    op_type = "Dropout"
+    inputs = (Arg("data"), Arg("ratio", RATIO, optional=True, ranks=(0,)),
+              Arg("training_mode", BOOL, optional=True, ranks=(0,)))
+    outputs = (Arg("output"), Arg("mask", BOOL, optional=True))
+    attributes = {"seed": None}
+    mirrors = "onnxruntime/core/providers/cuda/nn/dropout.cc"
+    random = True
+
+    def check_shapes(self, data, ratio, training_mode):
+        self.check_ratio(ratio)
+
+    def seed_value(self):
+        return int(np.random.randint(0, 2**31 - 1)) if self.seed is None else int(self.seed)
+
+    def reference(self, data, ratio=None, training_mode=None):
+        r = ratio_of(ratio)
+        if not is_training(training_mode) or r == 0:
+            return data.copy(), np.ones(data.shape, dtype=bool)
+        keep = np.random.default_rng(self.seed_value()).random(data.shape) >= r
+        return np.where(keep, data / (1 - r), 0).astype(data.dtype), keep
+
+    def compute(self, data, ratio=None, training_mode=None):
+        r = ratio_of(ratio)
+        if not is_training(training_mode) or r == 0:
+            return data.clone(), torch.ones(data.shape, dtype=torch.bool, device=data.device)
+        y, keep = torch.empty_like(data), torch.empty(data.shape, dtype=torch.bool, device=data.device)
+        launch(dropout_kernel, triton.cdiv(data.numel(), BLOCK), data, y, keep, data.numel(), r,
+               self.seed_value(), BLOCK=BLOCK)
+        return y, keep
+
+    def invariant(self, inputs, outputs):
+        data, ratio, training_mode = (list(inputs) + [None, None])[:3]
+        y, keep = np.asarray(outputs[0]), np.asarray(outputs[1])
+        r = ratio_of(ratio) if is_training(training_mode) else 0.0
+        problems = []
+        if not np.allclose(y, np.where(keep, data / (1 - r), 0), rtol=1e-6, atol=1e-6):
+            problems.append("output != mask * data / (1 - ratio)")
+        kept, n = keep.mean(), keep.size
+        spread = 5 * np.sqrt(max(r * (1 - r), 1e-12) / n) + 1.0 / n
+        if abs(kept - (1 - r)) > spread:
+            problems.append(f"kept {kept:.3f} of the elements, expected {1 - r:.3f} +- {spread:.3f}")
+        return problems
+
+
+@register_kernel
+class DropoutGrad(_RatioChecks):
+    """dX = mask * dY / (1 - ratio) (com.microsoft training op)."""
+
+    op_type, domain = "DropoutGrad", MS_DOMAIN
+    inputs = (Arg("dy"), Arg("mask", BOOL), Arg("ratio", RATIO, optional=True, ranks=(0,)),
+              Arg("training_mode", BOOL, optional=True, ranks=(0,)))
+    outputs = (Arg("dx"),)
+    mirrors = "orttraining/orttraining/training_ops/cuda/nn/dropout_grad.cc"
+
+    def check_shapes(self, dy, mask, ratio, training_mode):
+        self.expect(dy.shape == mask.shape, f"input 0 'dy' {dy.shape} and input 1 'mask' "
+                    f"{mask.shape} must have the same shape")
+        self.check_ratio(ratio)
+
+    def reference(self, dy, mask, ratio=None, training_mode=None):
+        return (np.where(mask, dy / (1 - ratio_of(ratio)), 0).astype(dy.dtype),)
+
+    def compute(self, dy, mask, ratio=None, training_mode=None):
+        dx = torch.empty_like(dy)
+        launch(dropout_grad_kernel, triton.cdiv(dy.numel(), BLOCK), dy, mask, dx, dy.numel(),
+               1.0 / (1.0 - ratio_of(ratio)), BLOCK=BLOCK)
+        return (dx,)
