@@ -10,7 +10,8 @@ from ortlab.kernels.kernel_def import Arg, Kernel, KernelInputError
 from ortlab.kernels.launch import count_launches, launch, run, run_reference
 from ortlab.kernels.registry import (KERNELS, KernelNotFound, get_kernel, register_kernel,
                                      registered, unregister_kernel)
-from ortlab.kernels import dropout, gelu, layer_norm, reduce_sum, softmax  # noqa: F401,E402  (registers the built-in kernels)
+from ortlab.kernels import (dropout, gelu, layer_norm, reduce_sum, softmax,  # noqa: F401,E402
+                             softmax_cross_entropy)  # noqa: F401,E402  (registers the built-in kernels)
 
 __all__ = ["Arg", "Kernel", "KernelInputError", "KernelNotFound", "KERNELS", "count_launches",
            "get_kernel", "launch", "register_kernel", "registered", "run", "run_reference",
