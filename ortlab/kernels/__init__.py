@@ -10,9 +10,18 @@ from ortlab.kernels.kernel_def import Arg, Kernel, KernelInputError
 from ortlab.kernels.launch import count_launches, launch, run, run_reference
 from ortlab.kernels.registry import (KERNELS, KernelNotFound, get_kernel, register_kernel,
                                      registered, unregister_kernel)
-from ortlab.kernels import (dropout, gelu, layer_norm, reduce_sum, softmax,  # noqa: F401,E402
-                             softmax_cross_entropy)  # noqa: F401,E402  (registers the built-in kernels)
+# Importing a kernel module registers its kernels.
+from ortlab.kernels import bias_softmax, dropout, gather_grad, gelu  # noqa: F401,E402
+from ortlab.kernels import layer_norm, reduce_sum, softmax, softmax_cross_entropy  # noqa: F401,E402
+
+
+def op_test(op_type, inputs, attributes=None, domain="", providers=None):
+    """See ortlab.kernels.op_tester.op_test (imported on first use: it needs onnx and ORT)."""
+    from ortlab.kernels.op_tester import op_test as _op_test
+
+    return _op_test(op_type, inputs, attributes, domain, providers)
+
 
 __all__ = ["Arg", "Kernel", "KernelInputError", "KernelNotFound", "KERNELS", "count_launches",
-           "get_kernel", "launch", "register_kernel", "registered", "run", "run_reference",
+           "get_kernel", "launch", "op_test", "register_kernel", "registered", "run", "run_reference",
            "unregister_kernel"]
