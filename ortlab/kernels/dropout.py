@@ -44,14 +44,17 @@ def dropout_grad_kernel(dy_ptr, mask_ptr, dx_ptr, n, scale, BLOCK: tl.constexpr)
     tl.store(dx_ptr + offsets, tl.where(keep, dy * scale, 0.0), mask=in_range)
 
 
+def scalar(value):
+    """A Python number from a 0-d numpy array or tensor (ratio and training_mode are inputs)."""
+    return value.item() if hasattr(value, "item") else value
+
+
 def ratio_of(ratio):
-    return 0.5 if ratio is None else float(np.asarray(ratio.cpu() if hasattr(ratio, "cpu") else ratio))
+    return 0.5 if ratio is None else float(scalar(ratio))
 
 
 def is_training(training_mode):
-    if training_mode is None:
-        return False
-    return bool(np.asarray(training_mode.cpu() if hasattr(training_mode, "cpu") else training_mode))
+    return False if training_mode is None else bool(scalar(training_mode))
 
 
 class _RatioChecks(Kernel):
