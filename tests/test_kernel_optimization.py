@@ -1,0 +1,85 @@
+"""Level 3 helpers: naive vs fused kernels, multi-tensor apply, the roofline figures and the
+GPU benchmark script (run here at tiny sizes under the interpreter)."""
+import numpy as np
+import pytest
+import torch
+
+import ortlab.kernels as K
+from ortlab.env import kernel_device
+from ortlab.kernels import bench, optimization as opt, roofline
+from ortlab.kernels.layer_norm import LayerNormalization
+from ortlab.kernels.softmax import row_softmax
+
+H100 = roofline.DATASHEET["H100 SXM (datasheet)"]
+
+
+def test_naive_and_fused_softmax_agree_and_differ_in_launches():
+    x = torch.randn(19, 77)
+    with K.count_launches() as naive:
+        y_naive = opt.naive_softmax(x)
+    with K.count_launches() as fused:
+        y_fused = row_softmax(x)
+    torch.testing.assert_close(y_naive, torch.softmax(x, -1))
+    torch.testing.assert_close(y_fused, torch.softmax(x, -1))
+    assert len(naive) == 3 and len(fused) == 1
+
+
+def test_naive_and_fused_layer_norm_agree():
+    x, s, b = torch.randn(21, 50), torch.randn(50), torch.randn(50)
+    expected = torch.nn.functional.layer_norm(x, (50,), s, b)
+    torch.testing.assert_close(opt.naive_layer_norm(x, s, b), expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(LayerNormalization().compute(x, s, b)[0], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_fusion_halves_the_traffic():
+    for op in ("softmax", "layernorm"):
+        naive, fused = opt.traffic(1024, 1024, "naive", op), opt.traffic(1024, 1024, "fused", op)
+        assert 1.9 < naive / fused < 2.1
+
+
+def test_multi_tensor_sgd_is_one_launch_and_equals_torch():
+    shapes = [(30, 20), (20,), (7, 3, 5), (1,)]
+    per_tensor, multi = opt.FlatParameters(shapes), opt.FlatParameters(shapes)
+    reference = [p.clone().requires_grad_(True) for p in per_tensor.views("param")]
+    sgd = torch.optim.SGD(reference, lr=0.1, momentum=0.9)
+    for step in range(3):
+        for p, g in zip(reference, per_tensor.views("grad")):
+            p.grad = g.clone()
+        sgd.step()
+        with K.count_launches() as loop:
+            opt.sgd_step_per_tensor(per_tensor)
+        with K.count_launches() as one:
+            opt.sgd_step_multi_tensor(multi)
+    assert len(loop) == len(shapes) and len(one) == 1
+    for ours, other, theirs in zip(multi.views("param"), per_tensor.views("param"), reference):
+        torch.testing.assert_close(ours, theirs.detach())
+        torch.testing.assert_close(other, theirs.detach())
+
+
+def test_cost_counts_bytes_from_the_shapes():
+    x = np.zeros((64, 256), np.float32)
+    c = roofline.cost("Softmax", [x])
+    assert c.bytes == 2 * 64 * 256 * 4  # read x, write y
+    scale = np.ones(256, np.float32)
+    ln = roofline.cost("LayerNormalization", [x, scale, scale])
+    assert ln.bytes == (2 * 64 * 256 + 2 * 256 + 2 * 64) * 4  # x, y, scale, bias, mean, rstd
+    row = roofline.cost_table([c], H100)[0]
+    assert row["bound"] == "memory"  # < 1 FLOP/byte, far below the ridge (20 FLOP/byte)
+    assert row["floor (us)"] == pytest.approx(1e6 * c.bytes / H100["bandwidth"], abs=0.01)
+
+
+def test_roofline_plot_and_benchmark_on_this_machine():
+    x = np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32)
+    ax = roofline.roofline_plot([roofline.cost("Softmax", [x])], H100)
+    assert ax.get_xlabel().startswith("arithmetic intensity")
+    result = roofline.benchmark("Softmax", [x])
+    assert result["median ms"] > 0
+    if kernel_device() == "cpu":
+        assert result["timed on"].startswith("CPU interpreter")
+
+
+def test_gpu_bench_script_runs_here(capsys):
+    report = bench.main(["--small"])
+    assert all(row["ok"] for row in report["correctness"])
+    assert {row["kernel"] for row in report["bandwidth"]} >= {"Softmax (ortlab)", "LayerNorm (torch)"}
+    assert '"correctness"' in capsys.readouterr().out
