@@ -39,6 +39,20 @@ class OpTestResult:
     def failures(self):
         return [r for r in self.rows if not r["ok"]]
 
+    def summary(self):
+        """Rows for a table, with the differences rounded up to a power of ten (stable across
+        machines, whose BLAS and SIMD paths differ in the last bits)."""
+        rows = []
+        for r in self.rows:
+            detail = r["detail"]
+            if detail.startswith("max |diff|"):
+                diff = float(detail.split()[2])
+                detail = "exact" if diff == 0 else f"|diff| < 1e{int(np.floor(np.log10(diff))) + 1}"
+            rows.append({"compared with": r["against"], "output": r["output"],
+                         "shape": str(r["shape"]), "result": detail,
+                         "ok": "yes" if r["ok"] else "NO"})
+        return rows
+
     def __repr__(self):
         head = f"op_test {self.op} on inputs {', '.join(map(str, self.shapes))}"
         lines = [f"{r['against']:<26} {r['output']:<12} {str(r['shape']):<14} {r['detail']}"

@@ -147,3 +147,29 @@ def sgd_step_multi_tensor(params, lr=0.1, momentum=0.9):
     n = params.flat["param"].numel()
     launch(sgd_momentum_kernel, triton.cdiv(n, BLOCK), params.flat["param"], params.flat["grad"],
            params.flat["momentum"], n, lr, momentum, BLOCK=BLOCK)
+
+
+def block_sweep(n, blocks, timer=None):
+    """For n elements and each BLOCK: programs launched, lanes masked off, share wasted, and
+    (with a `timer(block) -> ms`, on a GPU) the measured time."""
+    rows = []
+    for block in blocks:
+        programs = triton.cdiv(n, block)
+        idle = programs * block - n
+        row = {"BLOCK": block, "programs": programs, "masked lanes": idle,
+               "lanes wasted %": round(100 * idle / (programs * block), 1)}
+        if timer is not None:
+            row["median ms"] = round(timer(block), 4)
+        rows.append(row)
+    return rows
+
+
+def gelu_grad_timer(n):
+    """A timer for block_sweep: GeluGrad's kernel on n elements with a given BLOCK (GPU)."""
+    from ortlab.kernels.gelu import gelu_grad_kernel
+    from ortlab.kernels.roofline import cuda_time_ms
+
+    dy, x = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    dx = torch.empty_like(x)
+    return lambda block: cuda_time_ms(
+        lambda: gelu_grad_kernel[(triton.cdiv(n, block),)](dy, x, dx, n, BLOCK=block))

@@ -26,6 +26,16 @@ DATASHEET = {
     "A100 SXM 80GB (datasheet)": {"bandwidth": 2.039e12, "flops": 19.5e12},
 }
 
+# Where bytes travel, in bytes per second (datasheet figures, one direction).
+LINKS = {"PCIe 4.0 x16 (host <-> GPU)": 32e9, "PCIe 5.0 x16 (host <-> GPU)": 64e9,
+         "NVLink 4 (GPU <-> GPU)": 450e9, "H100 HBM3 (on the GPU)": 3.35e12}
+
+
+def transfer_table(nbytes_list):
+    """Time to move each size over each link, microseconds: why copies to the host hurt."""
+    return [{"bytes": f"{n / 1e6:g} MB", **{link: round(1e6 * n / bw, 1) for link, bw in LINKS.items()}}
+            for n in nbytes_list]
+
 
 @dataclass
 class Cost:
