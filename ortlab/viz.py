@@ -156,6 +156,12 @@ class Table:
     header: tuple
     rows: list
 
+    @classmethod
+    def from_dicts(cls, rows):
+        """A Table from a list of dicts sharing their keys (the first row's keys are the header)."""
+        header = tuple(rows[0]) if rows else ()
+        return cls(header, [tuple(r.get(h, "") for h in header) for r in rows])
+
     def __repr__(self):
         cells = [self.header] + [tuple(str(c) for c in r) for r in self.rows]
         widths = [max(len(r[i]) for r in cells) for i in range(len(self.header))]

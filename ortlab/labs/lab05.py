@@ -118,3 +118,14 @@ def restore_builtin():
     """Put ortlab's own GeluGrad kernel back in the registry."""
     register_kernel(GeluGrad, override=True)
     return get_kernel("GeluGrad", MS)
+
+
+def op_test_report(shape):
+    """The op_test table for the registered GeluGrad on one shape, or why it could not run."""
+    from ortlab.viz import Table
+
+    try:
+        return Table.from_dicts(op_test("GeluGrad", inputs_for(shape), domain=MS).summary())
+    except Exception as error:
+        unfinished = unwrap_not_implemented(error)
+        return f"not run: {unfinished if unfinished is not None else str(error).splitlines()[0]}"
