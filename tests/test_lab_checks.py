@@ -316,3 +316,73 @@ def test_lab02_checks_pass_good_fail_unsafe_and_report_unfinished():
     finally:
         for name in ("GoodBiasGelu", "ReckLessBiasGelu", "UnfinishedNoop"):
             unregister(name)
+
+
+# --- lab05: a Triton kernel --------------------------------------------------------------------
+
+def _lab05_kernels():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def good(dy_ptr, x_ptr, dx_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        dy, x = tl.load(dy_ptr + offsets, mask=mask), tl.load(x_ptr + offsets, mask=mask)
+        cdf = 0.5 * (1.0 + tl.math.erf(x * 0.7071067811865476))
+        pdf = tl.exp(-0.5 * x * x) * 0.3989422804014327
+        tl.store(dx_ptr + offsets, dy * (cdf + x * pdf), mask=mask)
+
+    @triton.jit
+    def no_pdf_term(dy_ptr, x_ptr, dx_ptr, n, BLOCK: tl.constexpr):  # gelu's cdf only
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        dy, x = tl.load(dy_ptr + offsets, mask=mask), tl.load(x_ptr + offsets, mask=mask)
+        tl.store(dx_ptr + offsets, dy * 0.5 * (1.0 + tl.math.erf(x * 0.7071067811865476)), mask=mask)
+
+    @triton.jit
+    def drops_the_tail(dy_ptr, x_ptr, dx_ptr, n, BLOCK: tl.constexpr):  # stores full blocks only
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        dy, x = tl.load(dy_ptr + offsets, mask=mask), tl.load(x_ptr + offsets, mask=mask)
+        cdf = 0.5 * (1.0 + tl.math.erf(x * 0.7071067811865476))
+        pdf = tl.exp(-0.5 * x * x) * 0.3989422804014327
+        tl.store(dx_ptr + offsets, dy * (cdf + x * pdf), mask=offsets < (n // BLOCK) * BLOCK)
+
+    @triton.jit
+    def stub(dy_ptr, x_ptr, dx_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        raise NotImplementedError("exercise 'gelu_grad' is not done yet: replace this line")
+
+    return good, no_pdf_term, drops_the_tail, stub
+
+
+def test_lab05_checks_name_the_failing_shape_and_the_tail(capsys):
+    from ortlab.kernels import get_kernel
+    from ortlab.kernels.gelu import GeluGrad
+    from ortlab.labs import lab05
+
+    good, no_pdf_term, drops_the_tail, stub = _lab05_kernels()
+    assert "[PASS]" in verdict(capsys, lambda: lab05.check_gelu_grad(good))
+    wrong = verdict(capsys, lambda: lab05.check_gelu_grad(no_pdf_term))
+    assert "[FAIL]" in wrong and "for shape (1024,)" in wrong and "elements off" in wrong
+    tail = verdict(capsys, lambda: lab05.check_gelu_grad(drops_the_tail))
+    assert "[FAIL]" in tail and "for shape (3, 64)" in tail and "tail" in tail and "mask" in tail
+    assert "[NOT DONE]" in verdict(capsys, lambda: lab05.check_gelu_grad(stub))
+    assert "[FAIL]" in verdict(capsys, lambda: lab05.check_gelu_grad(lambda *a: None))
+    assert get_kernel("GeluGrad", "com.microsoft") is GeluGrad  # the checks put it back
+
+
+def test_lab05_register_check(capsys):
+    from ortlab.kernels import register_kernel
+    from ortlab.labs import lab05
+
+    assert "still ortlab's built-in" in verdict(capsys, lab05.check_registered)
+    good, _, drops_the_tail, _ = _lab05_kernels()
+    try:
+        register_kernel(lab05.kernel_class_for(good), override=True)
+        assert "[PASS]" in verdict(capsys, lab05.check_registered)
+        register_kernel(lab05.kernel_class_for(drops_the_tail), override=True)
+        assert "tail" in verdict(capsys, lab05.check_registered)
+    finally:
+        lab05.restore_builtin()
