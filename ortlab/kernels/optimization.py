@@ -173,3 +173,21 @@ def gelu_grad_timer(n):
     dx = torch.empty_like(x)
     return lambda block: cuda_time_ms(
         lambda: gelu_grad_kernel[(triton.cdiv(n, block),)](dy, x, dx, n, BLOCK=block))
+
+
+def autotune_gelu_grad(n, blocks=(256, 1024, 4096), warps=(4, 8)):
+    """triton.autotune over BLOCK and num_warps for GeluGrad's kernel on n elements (GPU only:
+    Triton 3.2's interpreter has no benchmarker). Returns the winning config as a dict."""
+    from ortlab.env import kernel_device
+    from ortlab.kernels.gelu import gelu_grad_kernel
+
+    if kernel_device() != "cuda":
+        raise RuntimeError("triton.autotune times configs on a GPU; on CPU use block_sweep's analytic table")
+    configs = [triton.Config({"BLOCK": b}, num_warps=w) for b in blocks for w in warps]
+    tuned = triton.autotune(configs=configs, key=["n"])(gelu_grad_kernel)
+    dy, x = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    dx = torch.empty_like(x)
+    tuned[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](dy, x, dx, n)
+    best = tuned.best_config
+    return {"BLOCK": best.kwargs["BLOCK"], "num_warps": best.num_warps,
+            "configs tried": len(configs)}

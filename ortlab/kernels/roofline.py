@@ -150,3 +150,34 @@ def roofline_plot(costs, peaks, achieved=None, title="roofline", ax=None):
     ax.axvline(peaks["flops"] / peaks["bandwidth"], ls=":", color="gray")
     ax.set(xlabel="arithmetic intensity (FLOP / byte)", ylabel="GFLOP/s", title=title)
     return ax
+
+
+def copy_costs(nbytes=64 << 20):
+    """On a GPU: host-to-device from pageable and from pinned memory, the pinned copy issued
+    asynchronously on a side stream, and device-to-device, each timed with CUDA events. On CPU:
+    a plain memory copy timed on the host (no GPU to copy to), labelled as such."""
+    n = nbytes // 4
+    if kernel_device() != "cuda":
+        src, dst = torch.empty(n), torch.empty(n)
+        ms = wall_time_ms(lambda: dst.copy_(src))
+        return [{"copy": "host -> host (no GPU here)", "MB": nbytes / 1e6, "median ms": round(ms, 3),
+                 "GB/s": round(nbytes / (ms * 1e-3) / 1e9, 1)}]
+    pageable, pinned = torch.empty(n), torch.empty(n).pin_memory()
+    device, other = torch.empty(n, device="cuda"), torch.empty(n, device="cuda")
+    side = torch.cuda.Stream()
+
+    def on_side_stream():
+        with torch.cuda.stream(side):
+            device.copy_(pinned, non_blocking=True)
+        torch.cuda.current_stream().wait_stream(side)
+
+    cases = {"host (pageable) -> GPU": lambda: device.copy_(pageable),
+             "host (pinned) -> GPU": lambda: device.copy_(pinned, non_blocking=True),
+             "host (pinned) -> GPU on a side stream": on_side_stream,
+             "GPU -> GPU": lambda: other.copy_(device)}
+    rows = []
+    for name, fn in cases.items():
+        ms = cuda_time_ms(fn)
+        rows.append({"copy": name, "MB": nbytes / 1e6, "median ms": round(ms, 3),
+                     "GB/s": round(nbytes / (ms * 1e-3) / 1e9, 1)})
+    return rows
