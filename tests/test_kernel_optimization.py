@@ -83,3 +83,20 @@ def test_gpu_bench_script_runs_here(capsys):
     assert all(row["ok"] for row in report["correctness"])
     assert {row["kernel"] for row in report["bandwidth"]} >= {"Softmax (ortlab)", "LayerNorm (torch)"}
     assert '"correctness"' in capsys.readouterr().out
+
+
+def test_gpu_only_helpers_have_a_labelled_cpu_path():
+    rows = roofline.copy_costs(1 << 20)
+    if kernel_device() == "cpu":
+        assert [r["copy"] for r in rows] == ["host -> host (no GPU here)"]
+        with pytest.raises(RuntimeError, match="on CPU use block_sweep"):
+            opt.autotune_gelu_grad(1000)
+    else:
+        assert {r["copy"] for r in rows} >= {"host (pinned) -> GPU", "GPU -> GPU"}
+        assert opt.autotune_gelu_grad(1 << 20)["configs tried"] == 6
+
+
+def test_block_sweep_counts_programs_and_masked_lanes():
+    rows = opt.block_sweep(1000, [128, 1024])
+    assert rows[0]["programs"] == 8 and rows[0]["masked lanes"] == 24   # 8 * 128 - 1000
+    assert rows[1]["programs"] == 1 and rows[1]["masked lanes"] == 24
