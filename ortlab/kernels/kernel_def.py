@@ -78,7 +78,7 @@ class Kernel:
         """Raise KernelInputError (via self.expect) when the shapes do not fit together."""
 
     def flops(self, *inputs):
-        """Floating-point operations, counted analytically (default: one per output element)."""
+        """Floating-point operations, counted analytically (default: one per element of input 0)."""
         return int(sum(np.asarray(a).size for a in inputs[:1]))
 
     def invariant(self, inputs, outputs):

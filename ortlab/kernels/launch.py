@@ -51,20 +51,25 @@ def to_numpy(tensor):
     return tensor.detach().cpu().numpy()
 
 
+def bind(op_type, inputs, domain="", **attributes):
+    """The kernel for an op with its attributes bound, and the inputs checked against its
+    declaration (as numpy arrays, absent optional inputs as None): (kernel, arrays)."""
+    kernel = get_kernel(op_type, domain)(**attributes)
+    return kernel, kernel.validate([None if a is None else np.asarray(a) for a in inputs])
+
+
 def run(op_type, *inputs, domain="", **attributes):
     """Execute ortlab's Triton kernel for an op on numpy inputs; returns a tuple of numpy arrays.
 
     Wrong input counts, dtypes, ranks or shapes raise KernelInputError (an OrtlabError)
     naming the op and the input. Absent optional inputs may be left off or passed as None.
     """
-    kernel = get_kernel(op_type, domain)(**attributes)
-    arrays = kernel.validate([None if a is None else np.asarray(a) for a in inputs])
+    kernel, arrays = bind(op_type, inputs, domain, **attributes)
     outputs = kernel.compute(*[to_device(a) for a in arrays])
     return tuple(to_numpy(o) for o in outputs)
 
 
 def run_reference(op_type, *inputs, domain="", **attributes):
     """The kernel's numpy reference on the same inputs, after the same checks."""
-    kernel = get_kernel(op_type, domain)(**attributes)
-    arrays = kernel.validate([None if a is None else np.asarray(a) for a in inputs])
+    kernel, arrays = bind(op_type, inputs, domain, **attributes)
     return tuple(np.asarray(o) for o in kernel.reference(*arrays))

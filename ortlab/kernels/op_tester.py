@@ -14,8 +14,7 @@ import onnx
 from onnx import helper
 
 from ortlab.errors import OrtlabError
-from ortlab.kernels.launch import run
-from ortlab.kernels.registry import get_kernel
+from ortlab.kernels.launch import bind, run
 
 OPSET = 17
 
@@ -131,8 +130,7 @@ def op_test(op_type, inputs, attributes=None, domain="", providers=None):
     from ortlab.env import quiet_import
 
     attributes = dict(attributes or {})
-    kernel = get_kernel(op_type, domain)(**attributes)
-    arrays = kernel.validate([None if a is None else np.asarray(a) for a in inputs])
+    kernel, arrays = bind(op_type, inputs, domain, **attributes)
     ours = run(op_type, *arrays, domain=domain, **attributes)
     result = OpTestResult(f"{domain or 'ai.onnx'}::{op_type}",
                           [None if a is None else tuple(a.shape) for a in arrays])

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ortlab.env import kernel_device
-from ortlab.kernels.registry import get_kernel
+from ortlab.kernels.launch import bind, to_device
 
 # Datasheet figures (dense FP32 without tensor cores; HBM bandwidth), for the CPU path.
 DATASHEET = {
@@ -63,8 +63,7 @@ def nbytes(arrays):
 
 def cost(op_type, inputs, attributes=None, domain=""):
     """Analytic bytes (inputs read once + outputs written once) and FLOPs of one kernel call."""
-    kernel = get_kernel(op_type, domain)(**(attributes or {}))
-    inputs = kernel.validate([None if a is None else np.asarray(a) for a in inputs])
+    kernel, inputs = bind(op_type, inputs, domain, **(attributes or {}))
     outputs = kernel.reference(*inputs)
     shapes = " ".join(str(tuple(np.shape(a))) for a in inputs if a is not None)
     return Cost(op_type, shapes, nbytes(inputs) + nbytes(outputs), int(kernel.flops(*inputs)))
@@ -120,10 +119,7 @@ def measure_peaks(copy_bytes=1 << 30, matmul_n=8192):
 def benchmark(op_type, inputs, attributes=None, domain="", kernel_fn=None):
     """Median time of ortlab's kernel on device-resident inputs, and the achieved GB/s and
     GFLOP/s. On CPU the time is the interpreter's and is flagged as meaningless for a GPU."""
-    from ortlab.kernels.launch import to_device
-
-    kernel = get_kernel(op_type, domain)(**(attributes or {}))
-    arrays = kernel.validate([None if a is None else np.asarray(a) for a in inputs])
+    kernel, arrays = bind(op_type, inputs, domain, **(attributes or {}))
     tensors = [to_device(a) for a in arrays]
     fn = kernel_fn or (lambda: kernel.compute(*tensors))
     c = cost(op_type, arrays, attributes, domain)
