@@ -1,0 +1,157 @@
+"""Export a torch module to ONNX once per input schema, and prepare the graph for training.
+
+Mirrors orttraining/orttraining/python/training/ortmodule/_graph_transition_manager.py
+(seed 003): (1) a re-export check on the input schema, (2) the export itself, with every
+tensor leaf a graph input and every dimension dynamic, (3) the post-export processing, here
+one step: parameters and buffers become graph inputs, so that each run feeds torch's current
+values (ORT's `_post_export_processed_model` does the same through initializer-to-input).
+"""
+import inspect
+import io
+import warnings
+from dataclasses import dataclass, field
+
+import onnx
+import torch
+from onnx import helper, numpy_helper
+
+from ortlab.errors import OrtlabError
+from ortlab.training.io import flatten_outputs, leaf_paths, TensorStub
+
+PREFIX = "module."
+
+
+class ExportError(OrtlabError):
+    """torch.onnx.export could not export the module (the message carries torch's reason)."""
+
+
+class _FlattenedModule(torch.nn.Module):
+    """forward(*tensors): rebuild (args, kwargs), call the module, return its tensor outputs.
+
+    As ORTModule's _FlattenedModule (ortmodule/_io.py): the exporter sees a flat signature.
+    """
+
+    def __init__(self, module, flat_inputs):
+        super().__init__()
+        self.module, self.flat_inputs, self.output_schema = module, flat_inputs, None
+
+    def forward(self, *tensors):
+        args, kwargs = self.flat_inputs.rebuild(tensors)
+        tensors_out, self.output_schema = flatten_outputs(self.module(*args, **kwargs))
+        return tuple(tensors_out)
+
+
+def input_names(module, schema):
+    """Graph input names from the forward signature: x, x_1 (nested), mask (a keyword)..."""
+    try:
+        params = [p.name for p in inspect.signature(module.forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for path, stub in zip(leaf_paths(schema.spec), schema.stubs):
+        if not isinstance(stub, TensorStub):
+            continue
+        head, _, rest = path.partition("]")
+        if path.startswith("args["):
+            position = int(head[len("args["):])
+            base = params[position] if position < len(params) else f"input_{position}"
+        else:
+            base = head[len("kwargs['"):-1]
+        suffix = rest.replace("][", "_").strip("[]'").replace("'", "")
+        names.append(f"{base}_{suffix}" if suffix else base)
+    return names
+
+
+@dataclass
+class ExportedModel:
+    """What one export produced: the raw and the processed graph, and how to feed and read them."""
+
+    exported: onnx.ModelProto       # as torch.onnx.export wrote it
+    processed: onnx.ModelProto      # parameters and buffers turned into graph inputs
+    input_names: list               # one per tensor leaf of the inputs, in leaf order
+    used_inputs: list               # those the graph really reads (the exporter drops the others)
+    parameter_names: list           # graph inputs that are module parameters
+    buffer_names: list              # graph inputs that are module buffers
+    output_names: list
+    output_schema: object
+    reasons: list = field(default_factory=list)  # why this export happened
+
+
+def _export(module, flat_inputs, names, opset):
+    flat = _FlattenedModule(module, flat_inputs)
+    mode = torch.onnx.TrainingMode.TRAINING if flat_inputs.schema.training else torch.onnx.TrainingMode.EVAL
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exporter's deprecation and tracer notices
+        try:
+            with torch.no_grad():
+                n_out = len(flat(*flat_inputs.tensors))
+            out_names = [f"output_{i}" for i in range(n_out)]
+            torch.onnx.export(flat, tuple(flat_inputs.tensors), buffer, input_names=names,
+                              output_names=out_names, opset_version=opset, training=mode,
+                              do_constant_folding=False, export_params=True,
+                              dynamic_axes={n: {d: f"{n}_dim{d}" for d in range(t.dim())}
+                                            for n, t in zip(names, flat_inputs.tensors)})
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise ExportError(f"torch.onnx.export failed: {type(exc).__name__}: {first} (ORTModule "
+                              "would fall back to PyTorch here; MiniORTModule has no fallback: run "
+                              "this module in plain PyTorch or express the op with exportable ones)") from None
+    return onnx.load_from_string(buffer.getvalue()), out_names, flat.output_schema
+
+
+def _rename(model, mapping):
+    for node in model.graph.node:
+        node.input[:] = [mapping.get(n, n) for n in node.input]
+    for t in model.graph.initializer:
+        t.name = mapping.get(t.name, t.name)
+
+
+def post_export_process(model, module):
+    """A copy of `model` whose parameter and buffer initializers are graph inputs (named as in
+    module.named_parameters(), without the wrapper's prefix). Returns (model, params, buffers)."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    params = {PREFIX + n for n, _ in module.named_parameters()}
+    buffers = {PREFIX + n for n, _ in module.named_buffers()}
+    keep, moved, param_names, buffer_names = [], [], [], []
+    for t in model.graph.initializer:
+        if t.name in params or t.name in buffers:
+            moved.append(t)
+            (param_names if t.name in params else buffer_names).append(t.name[len(PREFIX):])
+        else:
+            keep.append(t)
+    _rename(model, {t.name: t.name[len(PREFIX):] for t in moved})
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(keep)
+    for t in moved:
+        array = numpy_helper.to_array(t)
+        model.graph.input.append(helper.make_tensor_value_info(
+            t.name, t.data_type, list(array.shape)))
+    return model, param_names, buffer_names
+
+
+class GraphTransitionManager:
+    """Decides when to re-export and keeps the current ExportedModel.
+
+    `use_cache_or_reconstruct(flat_inputs)` returns (ExportedModel, reexported). `history`
+    lists each export with its reasons (first call, a dtype change, train/eval...).
+    """
+
+    def __init__(self, module, opset=17):
+        self.module, self.opset = module, opset
+        self.schema, self.model, self.history = None, None, []
+
+    def use_cache_or_reconstruct(self, flat_inputs):
+        reasons = flat_inputs.schema.differences(self.schema)
+        if not reasons:
+            return self.model, False
+        names = input_names(self.module, flat_inputs.schema)
+        exported, out_names, out_schema = _export(self.module, flat_inputs, names, self.opset)
+        processed, params, buffers = post_export_process(exported, self.module)
+        graph_inputs = {i.name for i in processed.graph.input}
+        self.model = ExportedModel(exported, processed, names, [n for n in names if n in graph_inputs],
+                                   params, buffers, out_names, out_schema, reasons)
+        self.schema = flat_inputs.schema
+        self.history.append(reasons)
+        return self.model, True

@@ -1,0 +1,145 @@
+"""Inputs and outputs of any nesting, flattened for ONNX and restored for torch.
+
+Mirrors orttraining/orttraining/python/training/ortmodule/_io.py (the input/output schema,
+`_extract_schema`, flatten and unflatten) as reworked by seed 003's GraphTransitionManager:
+an ONNX graph takes a flat list of tensors, a torch module takes any tree of tuples, lists,
+dicts, None and non-tensor values. `torch.utils._pytree` does the walking both ways.
+
+The *schema* is what decides a re-export: the tree's structure, and for each leaf either
+(dtype, rank, requires_grad) of a tensor or the value of a non-tensor. Shapes are not part
+of it, because the graph is exported with every dimension dynamic.
+"""
+from dataclasses import dataclass
+
+import torch
+from torch.utils import _pytree as pytree
+
+from ortlab.errors import OrtlabError
+
+
+class SchemaError(OrtlabError):
+    """An input or output that a graph cannot carry (the message says which and why)."""
+
+
+@dataclass(frozen=True)
+class TensorStub:
+    """What the schema records of a tensor leaf: no values, no shape, only what the graph depends on."""
+
+    dtype: torch.dtype
+    rank: int
+    requires_grad: bool
+
+    def __str__(self):
+        grad = ", requires_grad" if self.requires_grad else ""
+        return f"{str(self.dtype).replace('torch.', '')}, rank {self.rank}{grad}"
+
+
+@dataclass(frozen=True)
+class ValueStub:
+    """A non-tensor leaf (int, float, bool, str...): its value is baked into the exported graph."""
+
+    value: object
+
+    def __str__(self):
+        return f"value {self.value!r}"
+
+
+def _stub(leaf, path):
+    if isinstance(leaf, torch.Tensor):
+        return TensorStub(leaf.dtype, leaf.dim(), leaf.requires_grad)
+    try:
+        hash(leaf)
+    except TypeError:
+        raise SchemaError(f"input {path} is a {type(leaf).__name__}, which is neither a tensor nor a "
+                          "hashable constant; pass tensors, or tuples/lists/dicts of them") from None
+    return ValueStub(leaf)
+
+
+def leaf_paths(spec):
+    """Readable paths of a spec's leaves, e.g. ['args[0]', "kwargs['mask']"]."""
+    dummy = pytree.tree_unflatten(list(range(spec.num_leaves)), spec)
+    paths = [None] * spec.num_leaves
+    for keypath, index in pytree.tree_flatten_with_path(dummy)[0]:
+        paths[index] = _keystr(keypath)
+    return paths
+
+
+def _keystr(keypath):
+    text = pytree.keystr(keypath)  # e.g. [0][1]['mask'] for ((x, y), {'mask': m})
+    if text.startswith("[0]"):
+        return "args" + text[3:]
+    return "kwargs" + text[3:] if text.startswith("[1]") else text
+
+
+@dataclass(frozen=True)
+class InputSchema:
+    """The structure of (args, kwargs) and one stub per leaf; equal schemas share one export."""
+
+    spec: object
+    stubs: tuple
+    training: bool
+
+    def differences(self, other):
+        """Why `other` needs a new export, as readable lines (empty when it does not)."""
+        if other is None:
+            return ["first call: nothing exported yet"]
+        if self.spec != other.spec:
+            return [f"input structure changed: {other.spec} -> {self.spec}".replace("\n", " ")]
+        reasons = [f"{path}: {old} -> {new}" for path, old, new in
+                   zip(leaf_paths(self.spec), other.stubs, self.stubs) if old != new]
+        if self.training != other.training:
+            reasons.append(f"module mode: {'train' if other.training else 'eval'} -> "
+                           f"{'train' if self.training else 'eval'}")
+        return reasons
+
+
+@dataclass
+class FlatInputs:
+    """The tensor leaves to feed the graph, and the schema they came with."""
+
+    tensors: list
+    schema: InputSchema
+
+    def rebuild(self, tensors):
+        """(args, kwargs) with the tensor leaves replaced by `tensors`, the other leaves kept."""
+        it = iter(tensors)
+        leaves = [next(it) if isinstance(s, TensorStub) else s.value for s in self.schema.stubs]
+        return pytree.tree_unflatten(leaves, self.schema.spec)
+
+
+def flatten_inputs(args, kwargs, training=True):
+    """Flatten (args, kwargs) into tensor leaves and an InputSchema."""
+    leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    paths = leaf_paths(spec)
+    stubs = tuple(_stub(leaf, path) for leaf, path in zip(leaves, paths))
+    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    return FlatInputs(tensors, InputSchema(spec, stubs, training))
+
+
+@dataclass
+class OutputSchema:
+    """How to rebuild a module's outputs from the graph's flat outputs.
+
+    `constants` holds the non-tensor leaves seen at export time (by leaf index): a graph
+    cannot compute them, so they come back as they were then, as ORTModule does.
+    """
+
+    spec: object
+    tensor_leaves: tuple
+    constants: dict
+
+    def restore(self, tensors):
+        it = iter(tensors)
+        leaves = [next(it) if i in self.tensor_leaves else self.constants[i]
+                  for i in range(self.spec.num_leaves)]
+        return pytree.tree_unflatten(leaves, self.spec)
+
+
+def flatten_outputs(outputs):
+    """(tensor leaves, OutputSchema) of whatever a module returned."""
+    leaves, spec = pytree.tree_flatten(outputs)
+    tensor_leaves = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor))
+    constants = {i: leaf for i, leaf in enumerate(leaves) if i not in tensor_leaves}
+    if not tensor_leaves:
+        raise SchemaError("the module returned no tensor at all; an ONNX graph needs at least one output")
+    return [leaves[i] for i in tensor_leaves], OutputSchema(spec, tensor_leaves, constants)

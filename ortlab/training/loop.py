@@ -1,0 +1,98 @@
+"""A training loop for the notebooks: progress bar, loss curve, step times, global norm, loss scale.
+
+The loop of seed 002's slide (zero_grad, forward, backward, step) with what a training
+engineer watches while it runs: the loss, the gradients' global norm, the time per step,
+and, with loss scaling, the steps skipped because a gradient overflowed (as a dynamic loss
+scaler does; ORT's is orttraining/orttraining/python/training/amp/loss_scaler.py).
+"""
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+from tqdm import tqdm
+
+from ortlab.errors import OrtlabError
+
+
+class TrainingError(OrtlabError):
+    """The loop was given something it cannot train with (the message says what)."""
+
+
+@dataclass
+class History:
+    """What a run recorded, one entry per step."""
+
+    losses: list = field(default_factory=list)
+    grad_norms: list = field(default_factory=list)
+    step_times: list = field(default_factory=list)   # seconds
+    skipped: list = field(default_factory=list)      # steps whose update was skipped (overflow)
+
+    def median_step_time(self, warmup=2):
+        """Median seconds per step after the first `warmup` steps (export and session set-up)."""
+        times = sorted(self.step_times[warmup:] or self.step_times)
+        return times[len(times) // 2] if times else float("nan")
+
+    def plot(self, title="", **curves):
+        """The loss curve, with other {label: History} runs beside it."""
+        from ortlab.viz import plot_curves
+
+        plot_curves({"this run": self.losses, **{k: h.losses for k, h in curves.items()}}, title=title)
+
+    def __repr__(self):
+        if not self.losses:
+            return "History(no steps)"
+        return (f"History({len(self.losses)} steps, loss {self.losses[0]:.4f} -> {self.losses[-1]:.4f}"
+                f"{f', {len(self.skipped)} skipped' if self.skipped else ''})")
+
+
+def global_norm(parameters):
+    """‖g‖ over all gradients together: sqrt(Σ_p Σ g²), what clip_grad_norm_ clips."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    return math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads)) if grads else 0.0
+
+
+def _batch(batches, step):
+    return batches(step) if callable(batches) else batches[step % len(batches)]
+
+
+def train(model, batches, optimizer, steps, loss_fn=None, clip_norm=None, loss_scale=1.0,
+          progress=True, desc="train"):
+    """Train for `steps` steps and return a History.
+
+    batches: a list of input tuples (cycled) or a function step -> tuple. Without loss_fn the
+    model returns the loss itself (the zoo's models do, given labels); with it,
+    loss = loss_fn(model(*batch[:-1]), batch[-1]). clip_norm clips the global norm;
+    loss_scale multiplies the loss before backward and divides the gradients after, skipping
+    the update when a gradient is not finite.
+    """
+    if steps < 1 or (not callable(batches) and not len(batches)):
+        raise TrainingError("need steps >= 1 and at least one batch")
+    history, params = History(), [p for g in optimizer.param_groups for p in g["params"]]
+    bar = tqdm(range(steps), desc=desc, disable=not progress, leave=True)
+    for step in bar:
+        start = time.perf_counter()
+        batch = _batch(batches, step)
+        optimizer.zero_grad()
+        loss = model(*batch) if loss_fn is None else loss_fn(model(*batch[:-1]), batch[-1])
+        if loss.dim() != 0:
+            raise TrainingError(f"the loss must be a scalar, got shape {tuple(loss.shape)}: return "
+                                "a reduced loss or pass loss_fn")
+        (loss * loss_scale).backward()
+        if loss_scale != 1.0:
+            for p in params:
+                if p.grad is not None:
+                    p.grad.div_(loss_scale)
+        norm = global_norm(params)
+        if math.isfinite(norm):
+            if clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(params, clip_norm)
+            optimizer.step()
+        else:
+            history.skipped.append(step)
+        history.step_times.append(time.perf_counter() - start)
+        history.losses.append(loss.item())
+        history.grad_norms.append(norm)
+        bar.set_postfix(loss=f"{history.losses[-1]:.4f}", refresh=False)
+    bar.close()
+    return history

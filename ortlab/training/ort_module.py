@@ -1,0 +1,115 @@
+"""MiniORTModule: a readable ORTModule. Wrap a torch module; forward and backward run in ORT.
+
+Mirrors orttraining/orttraining/python/training/ortmodule/ortmodule.py and the managers behind
+it (_graph_execution_manager.py, _training_manager.py, _inference_manager.py):
+
+1. flatten the call's inputs and check their schema; export again only when it changed
+   (GraphTransitionManager, seed 003);
+2. build the gradient graph of the export (ORT's C++ GradientGraphBuilder by default, or
+   ortlab.gradients) and split it into a forward and a backward model (TrainingManager);
+3. run the forward in ORT inside a torch.autograd.Function, whose backward runs the backward
+   model, so that loss.backward(), torch optimizers, hooks and zero_grad work unchanged;
+4. restore the outputs to the structure the module returned.
+"""
+from pathlib import Path
+
+import onnx
+import torch
+
+from ortlab.training.graph_transition_manager import GraphTransitionManager
+from ortlab.training.io import flatten_inputs
+from ortlab.training.training_manager import InferenceManager, ORTModuleFunction, TrainingManager
+from ortlab.viz import Table
+
+
+class MiniORTModule(torch.nn.Module):
+    """Run `module`'s forward and backward in ONNX Runtime.
+
+    gradient_builder: 'ort' (ORT's C++ builder) or 'ortlab' (ortlab.gradients);
+    providers: ORT execution providers (default: ortlab.env.providers());
+    level: ORT graph optimization level of the two sessions ('disable', 'basic', 'extended', 'all').
+    """
+
+    def __init__(self, module, gradient_builder="ort", providers=None, level="basic", opset=17):
+        super().__init__()
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"MiniORTModule wraps a torch.nn.Module, not {type(module).__name__}")
+        self.module = module
+        self.gradient_builder, self.providers, self.level = gradient_builder, providers, level
+        self._transition = GraphTransitionManager(module, opset)
+        self._managers, self.calls = {}, 0
+
+    def forward(self, *args, **kwargs):
+        self.calls += 1
+        flat = flatten_inputs(args, kwargs, training=self.module.training)
+        exported, reexported = self._transition.use_cache_or_reconstruct(flat)
+        if reexported:
+            self._managers.clear()
+        names, tensors = self._feeds(exported, flat)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            x_names = tuple(n for n, t in zip(names, tensors) if t.requires_grad and t.is_floating_point())
+            manager = self._manager(x_names, lambda: TrainingManager(
+                exported, names, x_names, self.gradient_builder, self.providers, self.level))
+            outputs = ORTModuleFunction.apply(manager, *tensors)
+        else:
+            manager = self._manager("inference", lambda: InferenceManager(
+                exported, names, self.providers, self.level))
+            outputs = manager.run(tensors)
+        return exported.output_schema.restore(outputs)
+
+    def _feeds(self, exported, flat):
+        """Graph input names and the tensors to feed them: user inputs, parameters, buffers."""
+        by_name = dict(zip(exported.input_names, flat.tensors))
+        state = dict(self.module.named_parameters())
+        state.update(self.module.named_buffers())
+        names = exported.used_inputs + exported.parameter_names + exported.buffer_names
+        return names, [by_name[n] if n in by_name else state[n] for n in names]
+
+    def _manager(self, key, make):
+        """One manager per set of values needing gradients (freezing a layer builds a new one)."""
+        if key not in self._managers:
+            self._managers[key] = make()
+        return self._managers[key]
+
+    # --- looking inside ---------------------------------------------------------------------
+
+    @property
+    def exports(self):
+        """One list of reasons per export so far (why it happened)."""
+        return list(self._transition.history)
+
+    def export_table(self):
+        """A table of the exports: which call, and why."""
+        return Table(("export", "reasons"), [(i + 1, "; ".join(r)) for i, r in enumerate(self.exports)])
+
+    def graphs(self):
+        """The graphs of the current export: {'torch_exported', 'post_processed', and once trained,
+        'training', 'forward', 'backward'} -> onnx.ModelProto."""
+        exported = self._transition.model
+        if exported is None:
+            return {}
+        found = {"torch_exported": exported.exported, "post_processed": exported.processed}
+        training = next((m for k, m in self._managers.items() if k != "inference"), None)
+        if training is not None:
+            found.update(training=training.training, forward=training.split.forward,
+                         backward=training.split.backward)
+        return found
+
+    def stashed(self):
+        """Names of the forward values kept for the backward (ORT's stashed activations)."""
+        training = next((m for k, m in self._managers.items() if k != "inference"), None)
+        return list(training.split.stashed) if training else []
+
+    def save_graphs(self, folder, prefix="model"):
+        """Write graphs() as <prefix>_<kind>.onnx (the names ORTModule's DebugOptions use, roughly)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for kind, model in self.graphs().items():
+            paths.append(folder / f"{prefix}_{kind}.onnx")
+            onnx.save(model, str(paths[-1]))
+        return paths
+
+    def __repr__(self):
+        return (f"MiniORTModule({type(self.module).__name__}, gradient_builder={self.gradient_builder!r}, "
+                f"exports={len(self.exports)}, calls={self.calls})")

@@ -1,0 +1,247 @@
+"""Turn an exported forward graph into a forward model and a backward model, and run them.
+
+Mirrors orttraining/orttraining/python/training/ortmodule/_training_manager.py with
+orttraining/orttraining/core/framework/ortmodule_graph_builder.cc: ORT builds one training
+graph (forward + gradient) and splits it at a YieldOp, so that the forward run returns the
+module's outputs plus the activations the backward needs, and the backward run, given the
+gradients of the outputs, returns the gradients of the inputs and parameters. Here the split
+is two ONNX models run by two InferenceSessions; the stashed activations travel between them.
+
+The gradient graph needs a scalar to differentiate: for outputs Y_k with incoming gradients
+G_k, loss = sum_k ReduceSum(Y_k * G_k), whose gradient w.r.t. any x is the vector-Jacobian
+product torch's backward asks for.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import torch
+from onnx import TensorProto, helper
+
+from ortlab.errors import OrtlabError
+
+FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
+GRAD_OUTPUT = "{}_grad_output"
+LOSS = "ortlab_vjp_loss"
+BUILDERS = ("ort", "ortlab")
+
+
+class TrainingGraphError(OrtlabError):
+    """The training graph could not be built or split (the message says why)."""
+
+
+def _elem_types(model):
+    inferred = onnx.shape_inference.infer_shapes(model)
+    values = list(inferred.graph.input) + list(inferred.graph.output) + list(inferred.graph.value_info)
+    return {v.name: v.type.tensor_type.elem_type for v in values}
+
+
+def add_vjp_loss(model, output_names):
+    """A copy of `model` with G_k inputs and the scalar LOSS = sum_k ReduceSum(Y_k * G_k).
+
+    Only floating-point outputs take part; returns (model, differentiable output names).
+    """
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    types = _elem_types(model)
+    outputs = [n for n in output_names if types.get(n) in FLOAT_TYPES]
+    terms = []
+    for name in outputs:
+        grad = GRAD_OUTPUT.format(name)
+        model.graph.input.append(helper.make_tensor_value_info(grad, types[name], None))
+        product, term = f"{name}_vjp_product", f"{name}_vjp_term"
+        model.graph.node.extend([helper.make_node("Mul", [name, grad], [product], name=f"{name}_vjp_mul"),
+                                 helper.make_node("ReduceSum", [product], [term], keepdims=0,
+                                                  name=f"{name}_vjp_sum")])
+        if types[name] != TensorProto.FLOAT:
+            model.graph.node.append(helper.make_node("Cast", [term], [term + "_f"], to=TensorProto.FLOAT))
+            term += "_f"
+        terms.append(term)
+    if terms:  # Add, not Sum: ORT 1.19.2 has no gradient builder for Sum
+        total = terms[0]
+        for k, term in enumerate(terms[1:], 1):
+            model.graph.node.append(helper.make_node("Add", [total, term], [f"vjp_partial_{k}"]))
+            total = f"vjp_partial_{k}"
+        model.graph.node.append(helper.make_node("Identity", [total], [LOSS], name="vjp_loss"))
+        model.graph.output.append(helper.make_tensor_value_info(LOSS, TensorProto.FLOAT, []))
+    return model, outputs
+
+
+def build_training_graph(model, output_names, x_names, builder="ort"):
+    """Forward + backward graph of the VJP loss w.r.t. x_names, by ORT's C++ builder or ortlab's."""
+    from ortlab.gradients import build_gradient_graph, ort_gradient_graph
+
+    if builder not in BUILDERS:
+        raise TrainingGraphError(f"gradient_builder must be one of {BUILDERS}, not {builder!r}")
+    with_loss, differentiable = add_vjp_loss(model, output_names)
+    if not differentiable:
+        raise TrainingGraphError("no floating-point output: nothing to differentiate; call the "
+                                 "module under torch.no_grad() or return a float tensor")
+    build = ort_gradient_graph if builder == "ort" else build_gradient_graph
+    return build(with_loss, x_names, LOSS), differentiable
+
+
+def _used_initializers(model, nodes):
+    names = {n for node in nodes for n in node.input}
+    return [t for t in model.graph.initializer if t.name in names]
+
+
+@dataclass
+class SplitModels:
+    """The forward and backward models of one training graph, and what flows between them."""
+
+    forward: onnx.ModelProto
+    backward: onnx.ModelProto
+    stashed: list          # forward values the backward reads (ORT's stashed activations)
+    backward_inputs: list  # graph inputs (user inputs, parameters) the backward also reads
+    grad_outputs: list     # output names whose gradients the backward takes
+    gradients: dict        # x name -> gradient output name
+
+
+def split_training_graph(training, forward_model, outputs, differentiable, x_names):
+    """Split `training` (forward + backward nodes) where ORT puts its YieldOp.
+
+    A node is forward when it computes a value of `forward_model`; every other node is part
+    of the backward. Values crossing from forward nodes to backward nodes are stashed: the
+    forward model outputs them after the module's own outputs.
+    """
+    forward_values = {o for n in forward_model.graph.node for o in n.output if o}
+    fwd = [n for n in training.graph.node if next((o for o in n.output if o), None) in forward_values]
+    bwd = [n for n in training.graph.node if next((o for o in n.output if o), None) not in forward_values]
+    produced_fwd = {o for n in fwd for o in n.output if o}
+    graph_inputs = [i.name for i in training.graph.input]
+    grad_inputs = [GRAD_OUTPUT.format(o) for o in differentiable]
+    read_by_bwd = {i for n in bwd for i in n.input if i}
+    stashed = [o for n in fwd for o in n.output if o in read_by_bwd]
+    backward_inputs = [i for i in graph_inputs if i in read_by_bwd and i not in grad_inputs]
+    gradients = {x: f"{x}_grad" for x in x_names}
+    missing = [g for g in gradients.values() if g not in {o for n in bwd for o in n.output}]
+    if missing:
+        raise TrainingGraphError(f"the gradient graph computes no {missing}; is every x connected?")
+    inputs_by_name = {i.name: i for i in training.graph.input}
+    forward = helper.make_graph(
+        fwd, "forward", [inputs_by_name[i] for i in graph_inputs if i not in grad_inputs],
+        [onnx.ValueInfoProto(name=o) for o in outputs + [s for s in stashed if s not in outputs]],
+        _used_initializers(training, fwd))
+    backward = helper.make_graph(
+        bwd, "backward", [], [onnx.ValueInfoProto(name=g) for g in gradients.values()],
+        _used_initializers(training, bwd))
+    make = lambda g: helper.make_model(g, opset_imports=training.opset_import, ir_version=training.ir_version)
+    return SplitModels(make(forward), make(backward), stashed, backward_inputs, grad_inputs, gradients)
+
+
+def typed_inputs(model, names, types):
+    """Give `model` graph inputs `names` typed from `types` ({name: (elem_type, rank)})."""
+    for name in names:
+        elem, rank = types[name]
+        model.graph.input.append(helper.make_tensor_value_info(name, elem, [None] * rank))
+    return model
+
+
+def ort_type(session_arg):
+    """(elem_type, rank) of an ORT NodeArg, e.g. tensor(float) with shape [2, 3] -> (1, 2)."""
+    name = session_arg.type[len("tensor("):-1]
+    elem = {"float": TensorProto.FLOAT, "double": TensorProto.DOUBLE, "int64": TensorProto.INT64,
+            "int32": TensorProto.INT32, "bool": TensorProto.BOOL, "float16": TensorProto.FLOAT16,
+            "uint8": TensorProto.UINT8}[name]
+    return elem, len(session_arg.shape)
+
+
+def to_numpy(tensor):
+    return tensor.detach().contiguous().cpu().numpy()
+
+
+class ORTModuleFunction(torch.autograd.Function):
+    """Forward and backward of a MiniORTModule in ORT, seen by torch as one autograd node.
+
+    Mirrors the `_ORTModuleFunction` that _training_manager.py creates: torch calls
+    backward() with the outputs' gradients; the parameters are inputs of the function, so
+    their gradients land in `.grad` through torch's own AccumulateGrad (hooks included).
+    """
+
+    @staticmethod
+    def forward(ctx, runner, *tensors):
+        outputs, stash = runner.run_forward(tensors)
+        ctx.runner, ctx.stash, ctx.inputs = runner, stash, tensors
+        results = [torch.from_numpy(o) for o in outputs]
+        ctx.mark_non_differentiable(*[r for r in results if not r.is_floating_point()])
+        device = next((t.device for t in tensors), torch.device("cpu"))
+        return tuple(r.to(device) for r in results)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *grad_outputs):
+        grads = ctx.runner.run_backward(ctx.stash, ctx.inputs, grad_outputs)
+        ctx.stash = None
+        return (None, *grads)
+
+
+def _session(model, providers, level):
+    from ortlab import session
+
+    return session.create(model, session.session_options(level), providers)
+
+
+class TrainingManager:
+    """The two sessions of one export and one set of trainable values, and how to feed them.
+
+    feed_names: the graph inputs in the order the autograd function receives them (the
+    used user inputs, then parameters, then buffers); x_names: those that need gradients.
+    """
+
+    def __init__(self, exported, feed_names, x_names, builder="ort", providers=None, level="basic"):
+        from ortlab.env import providers as default_providers
+
+        self.feed_names, self.x_names = list(feed_names), list(x_names)
+        self.outputs = exported.output_names
+        providers = providers or default_providers()
+        self.training, differentiable = build_training_graph(
+            exported.processed, self.outputs, self.x_names, builder)
+        self.split = split_training_graph(self.training, exported.processed, self.outputs,
+                                          differentiable, self.x_names)
+        self.forward_session = _session(self.split.forward, providers, level)
+        types = {a.name: ort_type(a) for a in self.forward_session.get_outputs()}
+        types.update({a.name: ort_type(a) for a in self.forward_session.get_inputs()})
+        grad_types = {g: types[o] for o, g in zip(differentiable, self.split.grad_outputs)}
+        typed_inputs(self.split.backward, self.split.stashed + self.split.backward_inputs, types)
+        typed_inputs(self.split.backward, self.split.grad_outputs, grad_types)
+        self.backward_session = _session(self.split.backward, providers, level)
+        self._forward_feeds = {a.name for a in self.forward_session.get_inputs()}
+        self._backward_feeds = {a.name for a in self.backward_session.get_inputs()}
+        self._fetches = self.outputs + [s for s in self.split.stashed if s not in self.outputs]
+
+    def run_forward(self, tensors):
+        """Module outputs (numpy) and the stash {name: array} the backward will need."""
+        feeds = {n: to_numpy(t) for n, t in zip(self.feed_names, tensors) if n in self._forward_feeds}
+        values = self.forward_session.run(self._fetches, feeds)
+        by_name = dict(zip(self._fetches, values))
+        return values[:len(self.outputs)], {s: by_name[s] for s in self.split.stashed}
+
+    def run_backward(self, stash, tensors, grad_outputs):
+        """Gradients for each fed tensor (None for those not in x_names), as torch tensors."""
+        feeds = dict(stash)
+        given = dict(zip(self.feed_names, tensors))
+        feeds.update({n: to_numpy(given[n]) for n in self.split.backward_inputs})
+        grads_by_output = dict(zip(self.outputs, grad_outputs))
+        for grad_name in self.split.grad_outputs:
+            output = grad_name[:-len(GRAD_OUTPUT.format(""))]
+            feeds[grad_name] = to_numpy(grads_by_output[output])
+        names = [self.split.gradients[x] for x in self.x_names]
+        feeds = {n: v for n, v in feeds.items() if n in self._backward_feeds}
+        values = dict(zip(self.x_names, self.backward_session.run(names, feeds)))
+        return [torch.from_numpy(values[n]).to(given[n].device, given[n].dtype) if n in values else None
+                for n in self.feed_names]
+
+
+class InferenceManager:
+    """One session over the processed graph: outputs only, no gradients (ORT's _inference_manager.py)."""
+
+    def __init__(self, exported, feed_names, providers=None, level="basic"):
+        from ortlab.env import providers as default_providers
+
+        self.feed_names, self.outputs = list(feed_names), exported.output_names
+        self.session = _session(exported.processed, providers or default_providers(), level)
+
+    def run(self, tensors):
+        device = next((t.device for t in tensors), torch.device("cpu"))
+        values = self.session.run(self.outputs, dict(zip(self.feed_names, map(to_numpy, tensors))))
+        return [torch.from_numpy(v).to(device) for v in values]
