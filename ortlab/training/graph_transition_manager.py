@@ -6,6 +6,7 @@ tensor leaf a graph input and every dimension dynamic, (3) the post-export proce
 one step: parameters and buffers become graph inputs, so that each run feeds torch's current
 values (ORT's `_post_export_processed_model` does the same through initializer-to-input).
 """
+import contextlib
 import inspect
 import io
 import warnings
@@ -78,11 +79,32 @@ class ExportedModel:
     reasons: list = field(default_factory=list)  # why this export happened
 
 
+@contextlib.contextmanager
+def plain_torch_export():
+    """Export with torch's own symbolics: custom ones (ORTModule registers some process-wide when
+    it is constructed, e.g. embedding -> ATen) are set aside for the duration and put back after.
+
+    Uses torch/onnx/_internal/registration.py, where each custom symbolic is an override.
+    """
+    from torch.onnx._internal import registration
+
+    saved = []
+    for name, group in registration.registry._registry.items():
+        for opset, function in list(group._functions._overrides.items()):
+            saved.append((name, opset, function))
+            group.remove_custom(opset)
+    try:
+        yield
+    finally:
+        for name, opset, function in saved:
+            registration.registry.register(name, opset, function, custom=True)
+
+
 def _export(module, flat_inputs, names, opset):
     flat = _FlattenedModule(module, flat_inputs)
     mode = torch.onnx.TrainingMode.TRAINING if flat_inputs.schema.training else torch.onnx.TrainingMode.EVAL
     buffer = io.BytesIO()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), plain_torch_export():
         warnings.simplefilter("ignore")  # the exporter's deprecation and tracer notices
         try:
             with torch.no_grad():

@@ -1,0 +1,222 @@
+"""Driving the real ORTModule (onnxruntime-training 1.19.2) from a notebook: its variables,
+its logs, the graphs it dumps, and its fallback to PyTorch.
+
+ORTModule lives in orttraining/orttraining/python/training/ortmodule/ (ortmodule.py; its
+options in options.py, the ORTMODULE_* variables in options.py's _RuntimeOptions, the dump
+names in _graph_execution_manager.py). Its Python logger writes through the root logger, its
+C++ core straight to file descriptors 1 and 2; `captured_logs` collects both.
+"""
+import contextlib
+import logging
+import os
+import re
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+import torch
+
+from ortlab.env import quiet_import
+from ortlab.errors import OrtlabError
+
+# What ORTModule writes with DebugOptions(save_onnx=True), in the order it makes them.
+DUMPS = ("torch_exported", "post_processed", "optimized_pre_grad", "optimized", "execution_model")
+LOG_LEVELS = ("VERBOSE", "DEVINFO", "INFO", "WARNING", "ERROR", "FATAL")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_STAMP = re.compile(r"^(\s*)\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[.,]\d+ ")
+
+
+class OrtModuleError(OrtlabError):
+    """ORTModule failed (with fallback disabled), or a helper was given something it cannot use."""
+
+
+@contextlib.contextmanager
+def ortmodule_env(**variables):
+    """Set ORTMODULE_<NAME>=value for the block (ORTModule reads them when it is constructed).
+
+    ortmodule_env(FALLBACK_POLICY="FALLBACK_DISABLE", ONNX_OPSET_VERSION=15)
+    """
+    names = {f"ORTMODULE_{k.upper()}": str(v) for k, v in variables.items()}
+    saved = {k: os.environ.get(k) for k in names}
+    os.environ.update(names)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def clean_log_line(line):
+    """A log line without colours, timestamps and the C++ logger's [W:onnxruntime:...] prefix."""
+    line = _STAMP.sub(r"\1", _ANSI.sub("", line.rstrip()))
+    return re.sub(r"^\[[VIWEF]:onnxruntime:[^\]]*\] ", "", line)
+
+
+@contextlib.contextmanager
+def captured_logs():
+    """Collect what ORTModule says inside the block: Python logging, prints, C++ logs (fds 1, 2).
+
+    Yields a list that holds the cleaned lines once the block ends.
+    """
+    lines = []
+    handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
+    with tempfile.TemporaryDirectory() as tmp:
+        # O_APPEND: Python's writes and the C++ core's writes to fds 1 and 2 all go to the end
+        sink = open(os.open(Path(tmp) / "log", os.O_RDWR | os.O_CREAT | os.O_APPEND), "a+", buffering=1)
+        old_streams = [h.setStream(sink) for h in handlers]
+        saved_sys, saved_fds = (sys.stdout, sys.stderr), (os.dup(1), os.dup(2))
+        sys.stdout = sys.stderr = sink
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            sink.flush()
+            os.dup2(saved_fds[0], 1)
+            os.dup2(saved_fds[1], 2)
+            for fd in saved_fds:
+                os.close(fd)
+            sys.stdout, sys.stderr = saved_sys
+            for handler, stream in zip(handlers, old_streams):
+                handler.setStream(stream)
+            sink.seek(0)
+            lines.extend(clean_log_line(line) for line in sink if line.strip())
+            sink.close()
+
+
+@contextlib.contextmanager
+def label_sparsity_hook_fix():
+    """Work around an ORT 1.19.2 crash: with ORTMODULE_ENABLE_COMPUTE_OPTIMIZER=0 (or the embedding
+    sparse optimizer off) every export fails with "TypeError: 'NoneType' object is not iterable".
+
+    GraphTransitionManager._add_check_label_sparsity_hook returns None when disabled, and
+    _export_model loops over what it returned (ortmodule/_graph_transition_manager.py). Inside
+    this block it returns [] instead.
+    """
+    gtm = quiet_import("onnxruntime.training.ortmodule._graph_transition_manager").GraphTransitionManager
+    original = gtm.__dict__["_add_check_label_sparsity_hook"]
+    gtm._add_check_label_sparsity_hook = staticmethod(lambda *a, **k: original.__func__(*a, **k) or [])
+    try:
+        yield
+    finally:
+        gtm._add_check_label_sparsity_hook = original
+
+
+@dataclass
+class OrtModuleRun:
+    """What train() saw: the losses, the log lines, where the graphs went, whether it fell back."""
+
+    losses: list
+    log: list
+    folder: Path
+    prefix: str
+    fell_back: bool
+    seconds: float
+    step_times: list = field(default_factory=list)
+
+    def graphs(self, mode="training"):
+        """{dump kind: onnx.ModelProto} of the graphs ORTModule saved (DUMPS order)."""
+        found = {}
+        for kind in DUMPS:
+            path = self.folder / f"{self.prefix}_{kind}_{mode}.onnx"
+            if path.exists():
+                found[kind] = onnx.load(str(path))
+        return found
+
+    def grep(self, *words):
+        """Log lines containing every one of `words`."""
+        return [line for line in self.log if all(w in line for w in words)]
+
+    def __repr__(self):
+        how = "fell back to PyTorch" if self.fell_back else "ran in ORT"
+        return (f"OrtModuleRun({len(self.losses)} steps, {how}, loss {self.losses[0]:.4f} -> "
+                f"{self.losses[-1]:.4f}, {len(self.graphs())} graphs saved, {len(self.log)} log lines)")
+
+
+def ortmodule(module, log_level="WARNING", save_onnx=False, prefix="model", folder=None):
+    """ORTModule(module, DebugOptions(...)); folder is where save_onnx writes (default: a temp dir)."""
+    om = quiet_import("onnxruntime.training.ortmodule")
+    if log_level not in LOG_LEVELS:
+        raise OrtModuleError(f"log_level must be one of {LOG_LEVELS}, not {log_level!r}")
+    options = om.DebugOptions(log_level=om.LogLevel[log_level], save_onnx=save_onnx, onnx_prefix=prefix,
+                              save_path=str(folder or ""))
+    return om.ORTModule(module, options)
+
+
+def fell_back(model):
+    """True when an ORTModule handed its module back to PyTorch (ORT's _fallback.py)."""
+    manager = model._torch_module._execution_manager(model._torch_module.is_training())
+    return bool(manager._fallback_manager.is_pending())
+
+
+def train(module, batches, steps, lr=0.05, log_level="WARNING", save_onnx=True, prefix="model",
+          folder=None, fix_label_hook=True, **variables):
+    """Train `module` with ORTModule and torch.optim.SGD; `variables` are ORTMODULE_* settings.
+
+    Everything ORTModule prints is captured into the returned OrtModuleRun's log.
+    fix_label_hook applies label_sparsity_hook_fix (needed to turn the compute optimizer off).
+    """
+    quiet_import("onnxruntime.training.ortmodule")  # its logging handler exists before the capture
+    folder = Path(variables.get("SAVE_ONNX_PATH") or folder or tempfile.mkdtemp(prefix="ortmodule-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    losses, times, start = [], [], time.perf_counter()
+    fix = label_sparsity_hook_fix() if fix_label_hook else contextlib.nullcontext()
+    with ortmodule_env(**variables), fix, captured_logs() as log, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            model = ortmodule(module, log_level, save_onnx, prefix, folder)
+            optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+            for step in range(steps):
+                t0 = time.perf_counter()
+                optimizer.zero_grad()
+                loss = model(*batches[step % len(batches)])
+                loss.backward()
+                optimizer.step()
+                times.append(time.perf_counter() - t0)
+                losses.append(loss.item())
+        except Exception as exc:
+            failure = exc
+        else:
+            failure = None
+    if failure is not None:
+        reason = clean_log_line(str(failure).strip().splitlines()[0]) if str(failure).strip() else ""
+        raise OrtModuleError(f"ORTModule failed: {type(failure).__name__}: {reason}") from None
+    return OrtModuleRun(losses, log, folder, prefix, fell_back(model), time.perf_counter() - start, times)
+
+
+def op_counts(model):
+    """{op type: count} of a model's nodes (domain-qualified for non-ONNX domains)."""
+    counts = {}
+    for node in model.graph.node:
+        key = f"{node.domain}:{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def graph_changes(graphs):
+    """A table of op-type counts across graphs ({name: ModelProto}, in order), changed rows only,
+    with what happened between the first and the last: appears, disappears, fewer, more."""
+    from ortlab.viz import Table
+
+    counts = {name: op_counts(m) for name, m in graphs.items()}
+    ops = sorted({op for c in counts.values() for op in c})
+    names = list(graphs)
+    rows = []
+    for op in ops:
+        values = [counts[n].get(op, 0) for n in names]
+        if len(set(values)) == 1:
+            continue
+        first, last = values[0], values[-1]
+        change = ("appears" if first == 0 else "disappears" if last == 0 else
+                  "fewer" if last < first else "more" if last > first else "changes in between")
+        rows.append((op, *values, change))
+    total = [sum(c.values()) for c in counts.values()]
+    rows.append(("(all nodes)", *total, ""))
+    return Table(("op", *names, "first -> last"), rows)

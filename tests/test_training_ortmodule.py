@@ -1,0 +1,150 @@
+"""The real ORTModule driven by ortlab.training.ortmodule: dumps, variables, logs, fallback, and
+ORT 1.19.2's crash with the compute optimizer off. Parity is against plain PyTorch runs.
+
+(Named to run after test_stack: ORTModule registers export symbolics process-wide.)
+"""
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from ortlab import models
+from ortlab.training import MiniORTModule
+from ortlab.training import ortmodule as om
+
+
+def _torch_losses(module, batches, steps, lr=0.05):
+    optimizer, losses = torch.optim.SGD(module.parameters(), lr=lr), []
+    for step in range(steps):
+        optimizer.zero_grad()
+        loss = module(*batches[step % len(batches)])
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.fixture(scope="module")
+def bert_run(tmp_path_factory):
+    module = models.get("bert", dropout=0.0)
+    batches = [module.example_inputs(seed=s) for s in range(2)]
+    expected = _torch_losses(copy.deepcopy(module), batches, 3)
+    run = om.train(module, batches, 3, prefix="bert", folder=tmp_path_factory.mktemp("dumps"))
+    return run, expected
+
+
+def test_trains_like_pytorch_and_dumps_five_graphs(bert_run):
+    run, expected = bert_run
+    np.testing.assert_allclose(run.losses, expected, rtol=1e-5)
+    assert not run.fell_back
+    assert list(run.graphs()) == list(om.DUMPS)
+    assert sorted(p.name for p in run.folder.iterdir()) == sorted(f"bert_{k}_training.onnx" for k in om.DUMPS)
+
+
+def test_graph_changes_show_the_fusions_and_the_gradient_ops(bert_run):
+    run, _ = bert_run
+    graphs = run.graphs()
+    table = om.graph_changes(graphs)
+    rows = {r[0]: r for r in table.rows}
+    exported, pre_grad = om.op_counts(graphs["torch_exported"]), om.op_counts(graphs["optimized_pre_grad"])
+    assert exported["Pow"] == 5 and "Pow" not in pre_grad               # LayerNorm subgraphs fused
+    assert pre_grad["LayerNormalization"] == 5 and pre_grad["com.microsoft:Gelu"] == 2
+    assert rows["Pow"][-1] == "disappears" and rows["LayerNormalization"][-1] == "appears"
+    assert "com.microsoft:YieldOp" in om.op_counts(graphs["optimized"])  # where forward meets backward
+    assert rows["(all nodes)"][1:-1] == tuple(len(g.graph.node) for g in graphs.values())
+
+
+def test_opset_and_save_path_variables(tmp_path):
+    module = models.get("mlp", dropout=0.0)
+    run = om.train(module, [module.example_inputs()], 1, ONNX_OPSET_VERSION=15, SAVE_ONNX_PATH=tmp_path)
+    assert run.folder == tmp_path and len(list(tmp_path.glob("*.onnx"))) == 5
+    exported = run.graphs()["torch_exported"]
+    assert {i.domain: i.version for i in exported.opset_import}[""] == 15
+    assert "ORTMODULE_ONNX_OPSET_VERSION" not in __import__("os").environ  # restored afterwards
+
+
+def test_log_levels_print_more_as_they_go_down():
+    module = models.get("mlp", dropout=0.0)
+    counts = {level: len(om.train(copy.deepcopy(module), [module.example_inputs()], 1, log_level=level,
+                                  save_onnx=False).log) for level in ("ERROR", "WARNING", "INFO")}
+    assert counts["ERROR"] == 0 < counts["WARNING"] < counts["INFO"]
+
+
+def test_fallback_to_pytorch_and_fallback_disable():
+    class Lgamma(torch.nn.Module):  # aten::lgamma has no ONNX export in torch 2.6
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return torch.lgamma(self.linear(x).abs() + 1).mean()
+
+    torch.manual_seed(0)
+    module, batches = Lgamma(), [(torch.randn(8, 4),)]
+    expected = _torch_losses(copy.deepcopy(module), batches, 2)
+    run = om.train(module, batches, 2, save_onnx=False)
+    assert run.fell_back and run.grep("Fallback to PyTorch")
+    np.testing.assert_allclose(run.losses, expected, rtol=1e-6)
+    with pytest.raises(om.OrtModuleError, match="ORTModuleONNXModelException"):
+        om.train(Lgamma(), batches, 1, save_onnx=False, FALLBACK_POLICY="FALLBACK_DISABLE")
+
+
+def test_compute_optimizer_off_crashes_ort_1_19_2_unless_the_hook_is_fixed():
+    module = models.get("gpt", dropout=0.0)
+    batches = [module.example_inputs(seed=s) for s in range(2)]
+    with pytest.raises(om.OrtModuleError, match="'NoneType' object is not iterable"):
+        om.train(copy.deepcopy(module), batches, 1, fix_label_hook=False, ENABLE_COMPUTE_OPTIMIZER=0)
+    on = om.train(copy.deepcopy(module), batches, 2)
+    off = om.train(copy.deepcopy(module), batches, 2, ENABLE_COMPUTE_OPTIMIZER=0)
+    np.testing.assert_allclose(off.losses, _torch_losses(copy.deepcopy(module), batches, 2), rtol=1e-5)
+    np.testing.assert_allclose(on.losses, off.losses, rtol=1e-5)
+    assert om.op_counts(on.graphs()["execution_model"]) != om.op_counts(off.graphs()["execution_model"])
+
+
+def test_deepcopy_variable_decides_whether_export_runs_the_users_module():
+    class Counting(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear, self.calls = torch.nn.Linear(4, 1), 0
+
+        def forward(self, x):
+            self.calls += 1
+            return self.linear(x).pow(2).mean()
+
+    calls = {}
+    for value in (1, 0):
+        module = Counting()
+        om.train(module, [(torch.randn(8, 4),)], 3, save_onnx=False, DEEPCOPY_BEFORE_MODEL_EXPORT=value)
+        calls[value] = module.calls
+    assert calls == {1: 1, 0: 2}  # the tracing run, plus the schema run when not on a copy
+
+
+def test_cache_dir_skips_the_second_export(tmp_path):
+    module = models.get("mlp", dropout=0.0)
+    om.train(copy.deepcopy(module), [module.example_inputs()], 1, save_onnx=False, CACHE_DIR=tmp_path)
+    assert len(list(tmp_path.glob("*.onnx"))) == 1
+    second = om.train(copy.deepcopy(module), [module.example_inputs()], 1, save_onnx=False, CACHE_DIR=tmp_path)
+    assert second.grep("Cached model detected")
+
+
+def test_mini_ortmodule_exports_plain_onnx_after_ortmodule_registered_its_symbolics(bert_run):
+    run, _ = bert_run
+    assert "org.pytorch.aten:ATen" in om.op_counts(run.graphs()["torch_exported"])  # ORTModule's embedding
+    mini = MiniORTModule(models.get("bert", dropout=0.0))
+    mini(*mini.module.example_inputs()).backward()
+    exported = mini.graphs()["torch_exported"]
+    assert {n.op_type for n in exported.graph.node} >= {"Gather"} and all(n.domain == "" for n in exported.graph.node)
+    from torch.onnx._internal import registration
+    assert registration.registry.get_function_group("aten::embedding")._functions._overrides  # put back
+
+
+def test_bad_log_level_is_explained():
+    with pytest.raises(om.OrtModuleError, match="log_level must be one of"):
+        om.ortmodule(torch.nn.Linear(2, 2), log_level="LOUD")
+
+
+def test_clean_log_line():
+    line = "\x1b[0;93m2026-11-22 17:02:47.120809943 [W:onnxruntime:, inference_session.cc:2039 Initialize] x\x1b[m"
+    assert om.clean_log_line(line) == "x"
+    assert om.clean_log_line("    2026-11-22 17:06:13,300 orttraining [WARNING] - y") == "    orttraining [WARNING] - y"
