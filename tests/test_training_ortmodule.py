@@ -148,3 +148,18 @@ def test_clean_log_line():
     line = "\x1b[0;93m2026-11-22 17:02:47.120809943 [W:onnxruntime:, inference_session.cc:2039 Initialize] x\x1b[m"
     assert om.clean_log_line(line) == "x"
     assert om.clean_log_line("    2026-11-22 17:06:13,300 orttraining [WARNING] - y") == "    orttraining [WARNING] - y"
+
+
+def test_profiling_ortmodule_sees_forward_and_backward_runs_of_the_execution_graph():
+    from ortlab.profiling import diagnose_dumps, load_ort_profile
+
+    module = models.get("bert", dropout=0.1)
+    run = om.train(module, [module.example_inputs(seed=s) for s in range(2)], 3, profile=True)
+    profile = load_ort_profile(run.profile)
+    assert len(profile.runs) == 6  # each step: the forward partial run and the backward one
+    executed = {n.name for n in run.graphs()["execution_model"].graph.node}
+    assert {e.name for e in profile.events} <= executed
+    assert {"LayerNormalizationGrad", "GatherGrad"} <= set(profile.by_op_type())
+    counts = diagnose_dumps(run.graphs()).counts()
+    assert counts["unfused_layer_norm"] == counts["unfused_gelu"] == counts["memcpy"] == 0
+    assert counts["standalone_dropout"] == 4  # BiasDropout is a CUDA-only fusion: not on CPU

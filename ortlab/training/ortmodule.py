@@ -109,6 +109,34 @@ def label_sparsity_hook_fix():
         gtm._add_check_label_sparsity_hook = original
 
 
+@contextlib.contextmanager
+def profiled_sessions(folder):
+    """ORTModule's sessions with ORT's profiler on, writing into `folder`.
+
+    ORTModule builds its SessionOptions in GraphExecutionManager._get_session_config
+    (ortmodule/_graph_execution_manager.py) and has no profiling switch; this wraps it.
+    """
+    gem = quiet_import("onnxruntime.training.ortmodule._graph_execution_manager").GraphExecutionManager
+    original = gem._get_session_config
+
+    def with_profiling(self):
+        options, providers, provider_options = original(self)
+        options.enable_profiling, options.profile_file_prefix = True, str(Path(folder) / "ortmodule")
+        return options, providers, provider_options
+
+    gem._get_session_config = with_profiling
+    try:
+        yield
+    finally:
+        gem._get_session_config = original
+
+
+def end_profiling(model):
+    """Stop the profiler of an ORTModule's training session; returns the trace's path."""
+    manager = model._torch_module._execution_manager(True)
+    return Path(manager._execution_agent._inference_session.end_profiling())
+
+
 @dataclass
 class OrtModuleRun:
     """What train() saw: the losses, the log lines, where the graphs went, whether it fell back."""
@@ -120,6 +148,7 @@ class OrtModuleRun:
     fell_back: bool
     seconds: float
     step_times: list = field(default_factory=list)
+    profile: Path = None  # ORT's trace of the training session, when train(profile=True)
 
     def graphs(self, mode="training"):
         """{dump kind: onnx.ModelProto} of the graphs ORTModule saved (DUMPS order)."""
@@ -157,18 +186,21 @@ def fell_back(model):
 
 
 def train(module, batches, steps, lr=0.05, log_level="WARNING", save_onnx=True, prefix="model",
-          folder=None, fix_label_hook=True, **variables):
+          folder=None, fix_label_hook=True, profile=False, **variables):
     """Train `module` with ORTModule and torch.optim.SGD; `variables` are ORTMODULE_* settings.
 
     Everything ORTModule prints is captured into the returned OrtModuleRun's log.
-    fix_label_hook applies label_sparsity_hook_fix (needed to turn the compute optimizer off).
+    fix_label_hook applies label_sparsity_hook_fix (needed to turn the compute optimizer off);
+    profile=True turns ORT's profiler on (the trace path lands in OrtModuleRun.profile).
     """
     quiet_import("onnxruntime.training.ortmodule")  # its logging handler exists before the capture
     folder = Path(variables.get("SAVE_ONNX_PATH") or folder or tempfile.mkdtemp(prefix="ortmodule-"))
     folder.mkdir(parents=True, exist_ok=True)
     losses, times, start = [], [], time.perf_counter()
     fix = label_sparsity_hook_fix() if fix_label_hook else contextlib.nullcontext()
-    with ortmodule_env(**variables), fix, captured_logs() as log, warnings.catch_warnings():
+    profiling = profiled_sessions(folder) if profile else contextlib.nullcontext()
+    trace = None
+    with ortmodule_env(**variables), fix, profiling, captured_logs() as log, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             model = ortmodule(module, log_level, save_onnx, prefix, folder)
@@ -181,6 +213,8 @@ def train(module, batches, steps, lr=0.05, log_level="WARNING", save_onnx=True, 
                 optimizer.step()
                 times.append(time.perf_counter() - t0)
                 losses.append(loss.item())
+            if profile and not fell_back(model):
+                trace = end_profiling(model)
         except Exception as exc:
             failure = exc
         else:
@@ -188,7 +222,7 @@ def train(module, batches, steps, lr=0.05, log_level="WARNING", save_onnx=True, 
     if failure is not None:
         reason = clean_log_line(str(failure).strip().splitlines()[0]) if str(failure).strip() else ""
         raise OrtModuleError(f"ORTModule failed: {type(failure).__name__}: {reason}") from None
-    return OrtModuleRun(losses, log, folder, prefix, fell_back(model), time.perf_counter() - start, times)
+    return OrtModuleRun(losses, log, folder, prefix, fell_back(model), time.perf_counter() - start, times, trace)
 
 
 def op_counts(model):

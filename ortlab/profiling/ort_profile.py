@@ -1,0 +1,47 @@
+"""ORT's profiler: a session's Chrome trace as a Profile.
+
+SessionOptions.enable_profiling makes onnxruntime/core/common/profiler.cc record one event per
+node run (category 'Node', named '<node>_kernel_time', with args op_name and provider) and
+session events (category 'Session': model_run, SequentialExecutor::Execute).
+"""
+import json
+from pathlib import Path
+
+from ortlab.profiling.trace import Event, Profile, ProfileError
+
+KERNEL_SUFFIX = "_kernel_time"
+RUN_NAMES = ("model_run", "SequentialExecutor::Execute")
+
+
+def _events(path_or_events):
+    if isinstance(path_or_events, (str, Path)):
+        path = Path(path_or_events)
+        if not path.is_file():
+            raise ProfileError(f"{path}: no such profile; ORT writes it when the session ends profiling "
+                               "(session.end_profiling() returns its path)")
+        try:
+            return json.loads(path.read_text()), path.name
+        except json.JSONDecodeError as exc:
+            raise ProfileError(f"{path} is not a Chrome trace (JSON): {exc}") from None
+    return list(path_or_events), "ORT profile"
+
+
+def load_ort_profile(path_or_events):
+    """A Profile from ORT's trace file (or its already-loaded list of events)."""
+    events, source = _events(path_or_events)
+    if isinstance(events, dict):  # a torch trace has {"traceEvents": [...]}
+        raise ProfileError(f"{source} looks like a torch.profiler trace; use load_torch_profile")
+    kernels = [Event(e["name"][:-len(KERNEL_SUFFIX)], e.get("args", {}).get("op_name", "?"), e["ts"], e["dur"],
+                     e.get("args", {}).get("provider", ""))
+               for e in events if e.get("cat") == "Node" and e.get("name", "").endswith(KERNEL_SUFFIX)]
+    session = [e for e in events if e.get("cat") == "Session"]
+    kind = next((n for n in RUN_NAMES if any(e["name"] == n for e in session)), None)
+    runs = [(f"run {k}", e["ts"], e["dur"]) for k, e in enumerate(e for e in session if e["name"] == kind)]
+    return Profile(source, sorted(kernels, key=lambda e: e.ts), runs)
+
+
+def profile_model(model, feeds, runs=3, **options):
+    """Run `model` `runs` times with ORT's profiler on (ortlab.session.profile) and load it."""
+    from ortlab.session import profile
+
+    return load_ort_profile(profile(model, feeds, runs=runs, **options))
