@@ -176,6 +176,65 @@ class TinyGPT(_Transformer):
         return torch.roll(ids, -1, dims=1)  # next token (wrapping around at the end)
 
 
+class WithLossModule(nn.Module):
+    """A zoo model whose loss is an nn.CrossEntropyLoss *module* (not the functional call).
+
+    ORTModule's label-density inspector hooks CrossEntropyLoss modules
+    (ortmodule/_graph_transition_manager.py, _add_check_label_sparsity_hook).
+    """
+
+    def __init__(self, model, ignore_index=-100):
+        super().__init__()
+        self.model, self.loss = model, nn.CrossEntropyLoss(ignore_index=ignore_index)
+
+    def forward(self, inputs, labels):
+        logits = self.model(inputs)
+        return self.loss(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+class LgammaRegressor(nn.Module):
+    """Linear then lgamma: torch 2.6 cannot export aten::lgamma to ONNX, so ORTModule falls back."""
+
+    @_seeded
+    def __init__(self, features=4):
+        super().__init__()
+        self.linear = nn.Linear(features, 1)
+
+    def forward(self, x):
+        return torch.lgamma(self.linear(x).abs() + 1).mean()
+
+
+class CountingModule(nn.Module):
+    """Counts how often its Python forward runs (exports and schema checks run it too)."""
+
+    @_seeded
+    def __init__(self, features=4):
+        super().__init__()
+        self.linear, self.calls = nn.Linear(features, 1), 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.linear(x).pow(2).mean()
+
+
+class NestedIO(nn.Module):
+    """forward((left, right), {'bias': b or None}, scale=1.0, mode='sum') returns
+    {'h': tensor, 'pair': (reduced, argmax), 'nothing': None, 'n': 3}: inputs and outputs of any nesting."""
+
+    @_seeded
+    def __init__(self, features=4, out=3):
+        super().__init__()
+        self.a, self.b = nn.Linear(features, out), nn.Linear(features, out)
+
+    def forward(self, pair, extras, scale=1.0, mode="sum"):
+        left, right = pair
+        h = self.a(left) * scale + self.b(right)
+        if extras.get("bias") is not None:
+            h = h + extras["bias"]
+        reduced = h.sum(-1) if mode == "sum" else h.amax(-1)
+        return {"h": h, "pair": (reduced, reduced.argmax()), "nothing": None, "n": 3}
+
+
 ZOO = {"mlp": MLP, "bert": TinyBert, "gpt": TinyGPT}
 
 

@@ -42,20 +42,7 @@ def test_loss_and_every_parameter_gradient_equal_torch(name, kwargs, builder):
         assert "lm_head.weight" not in wrapped._transition.model.parameter_names  # fed once
 
 
-class Nested(torch.nn.Module):
-    """Takes a tuple, a dict with a None, a float and a string; returns a dict, a tuple, None and an int."""
-
-    def __init__(self):
-        super().__init__()
-        self.a, self.b = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
-
-    def forward(self, pair, extras, scale=1.0, mode="sum"):
-        left, right = pair
-        h = self.a(left) * scale + self.b(right)
-        if extras["bias"] is not None:
-            h = h + extras["bias"]
-        out = h.sum(-1) if mode == "sum" else h.amax(-1)
-        return {"h": h, "pair": (out, out.argmax()), "nothing": None, "n": 3}
+Nested = models.NestedIO
 
 
 def _nested_inputs(seed=0, batch=5):

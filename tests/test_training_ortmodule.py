@@ -72,14 +72,7 @@ def test_log_levels_print_more_as_they_go_down():
 
 
 def test_fallback_to_pytorch_and_fallback_disable():
-    class Lgamma(torch.nn.Module):  # aten::lgamma has no ONNX export in torch 2.6
-        def __init__(self):
-            super().__init__()
-            self.linear = torch.nn.Linear(4, 1)
-
-        def forward(self, x):
-            return torch.lgamma(self.linear(x).abs() + 1).mean()
-
+    Lgamma = models.LgammaRegressor
     torch.manual_seed(0)
     module, batches = Lgamma(), [(torch.randn(8, 4),)]
     expected = _torch_losses(copy.deepcopy(module), batches, 2)
@@ -103,14 +96,7 @@ def test_compute_optimizer_off_crashes_ort_1_19_2_unless_the_hook_is_fixed():
 
 
 def test_deepcopy_variable_decides_whether_export_runs_the_users_module():
-    class Counting(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.linear, self.calls = torch.nn.Linear(4, 1), 0
-
-        def forward(self, x):
-            self.calls += 1
-            return self.linear(x).pow(2).mean()
+    Counting = models.CountingModule
 
     calls = {}
     for value in (1, 0):
@@ -146,7 +132,7 @@ def test_bad_log_level_is_explained():
 
 def test_clean_log_line():
     line = "\x1b[0;93m2026-11-22 17:02:47.120809943 [W:onnxruntime:, inference_session.cc:2039 Initialize] x\x1b[m"
-    assert om.clean_log_line(line) == "x"
+    assert om.clean_log_line(line) == "onnxruntime [W] x"
     assert om.clean_log_line("    2026-11-22 17:06:13,300 orttraining [WARNING] - y") == "    orttraining [WARNING] - y"
 
 
@@ -163,3 +149,27 @@ def test_profiling_ortmodule_sees_forward_and_backward_runs_of_the_execution_gra
     counts = diagnose_dumps(run.graphs()).counts()
     assert counts["unfused_layer_norm"] == counts["unfused_gelu"] == counts["memcpy"] == 0
     assert counts["standalone_dropout"] == 4  # BiasDropout is a CUDA-only fusion: not on CPU
+
+
+def test_log_levels_table_and_the_fatal_level_crash():
+    module = models.get("mlp", dropout=0.0)
+    table = om.log_levels(module, module.example_inputs(), levels=("INFO", "WARNING", "FATAL"))
+    rows = {r[0]: r for r in table.rows}
+    assert rows["INFO"][2] > 0 and rows["WARNING"][2] == 0          # INFO lines only at INFO
+    assert rows["INFO"][4] == 1 and rows["WARNING"][4] == 0          # the exporter's graph only at INFO
+    assert "Invalid session log severity level" in rows["FATAL"][1]  # ORT 1.19.2 passes 5 to the C++ core
+
+
+def test_export_decisions_fast_path_and_full_checks():
+    module = models.get("mlp", dropout=0.0)
+    x, y = module.example_inputs(batch=8)
+    calls = [((x,), {}), ((x[:3],), {}), ((x,), {"labels": y})]
+    assert om.export_decisions(module, calls) == [True, "skipped", "skipped"]
+    assert om.export_decisions(module, calls, SKIPCHECK_POLICY="SKIP_CHECK_DISABLED") == [True, False, True]
+    mini = MiniORTModule(copy.deepcopy(module))
+    decisions = []
+    for args, kwargs in calls:
+        before = len(mini.exports)
+        mini(*args, **kwargs)
+        decisions.append(len(mini.exports) > before)
+    assert decisions == [True, False, True]  # the same rule as ORTModule with every check on

@@ -84,7 +84,10 @@ class InputSchema:
         if other is None:
             return ["first call: nothing exported yet"]
         if self.spec != other.spec:
-            return [f"input structure changed: {other.spec} -> {self.spec}".replace("\n", " ")]
+            before, after = ", ".join(leaf_paths(other.spec)), ", ".join(leaf_paths(self.spec))
+            if before == after:  # same leaves, other containers (a None added, a list for a tuple)
+                before, after = str(other.spec).replace("\n", ""), str(self.spec).replace("\n", "")
+            return [f"input structure changed: ({before}) -> ({after})"]
         reasons = [f"{path}: {old} -> {new}" for path, old, new in
                    zip(leaf_paths(self.spec), other.stubs, self.stubs) if old != new]
         if self.training != other.training:

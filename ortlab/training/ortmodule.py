@@ -7,6 +7,7 @@ names in _graph_execution_manager.py). Its Python logger writes through the root
 C++ core straight to file descriptors 1 and 2; `captured_logs` collects both.
 """
 import contextlib
+import copy
 import logging
 import os
 import re
@@ -54,9 +55,10 @@ def ortmodule_env(**variables):
 
 
 def clean_log_line(line):
-    """A log line without colours, timestamps and the C++ logger's [W:onnxruntime:...] prefix."""
+    """A log line without colours and timestamps; the C++ logger's '[W:onnxruntime:, file:line fn]'
+    prefix becomes 'onnxruntime [W]'."""
     line = _STAMP.sub(r"\1", _ANSI.sub("", line.rstrip()))
-    return re.sub(r"^\[[VIWEF]:onnxruntime:[^\]]*\] ", "", line)
+    return re.sub(r"^\[([VIWEF]):onnxruntime:[^\]]*\] ", r"onnxruntime [\1] ", line)
 
 
 @contextlib.contextmanager
@@ -223,6 +225,53 @@ def train(module, batches, steps, lr=0.05, log_level="WARNING", save_onnx=True, 
         reason = clean_log_line(str(failure).strip().splitlines()[0]) if str(failure).strip() else ""
         raise OrtModuleError(f"ORTModule failed: {type(failure).__name__}: {reason}") from None
     return OrtModuleRun(losses, log, folder, prefix, fell_back(model), time.perf_counter() - start, times, trace)
+
+
+LINE_KINDS = {"ORTModule INFO lines": "orttraining [INFO]", "ORTModule WARNING lines": "orttraining [WARNING]",
+              "torch exporter's graph": "Exported graph:", "ORT C++ INFO lines": "onnxruntime [I]",
+              "ORT C++ VERBOSE lines": "onnxruntime [V]"}
+
+
+def log_levels(module, batch, levels=LOG_LEVELS):
+    """What each DebugOptions log level prints during one training step, as a table: per level,
+    how many lines of each kind (LINE_KINDS), or the error the level causes."""
+    from ortlab.viz import Table
+
+    rows = []
+    for level in levels:
+        try:
+            log = train(copy.deepcopy(module), [batch], 1, log_level=level, save_onnx=False).log
+            rows.append((level, len(log), *(sum(marker in line for line in log) for marker in LINE_KINDS.values())))
+        except OrtModuleError as exc:
+            rows.append((level, str(exc)[:90] + "...", *[""] * len(LINE_KINDS)))
+    return Table(("log level", "lines", *LINE_KINDS), rows)
+
+
+def export_decisions(module, calls, **variables):
+    """For each call (args, kwargs), did ORTModule export again? Read from its INFO log
+    ('_export_check completed - need_export_model: ...'). Returns one entry per call: True,
+    False, 'skipped' (the fast path did not check) or 'error: ...' (the call failed).
+
+    ORTModule checks the input schema only while ORTMODULE_SKIPCHECK_POLICY lets it: by default
+    its fast path skips the checks after the first call; SKIPCHECK_POLICY='SKIP_CHECK_DISABLED'
+    checks every call.
+    """
+    quiet_import("onnxruntime.training.ortmodule")
+    decisions = []
+    with ortmodule_env(**variables), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with captured_logs():
+            model = ortmodule(module, "INFO", False)
+        for args, kwargs in calls:
+            with captured_logs() as log:
+                try:
+                    model(*args, **kwargs)
+                    error = None
+                except Exception as exc:
+                    error = f"error: {type(exc).__name__}"
+            said = [line.rsplit(" ", 1)[-1] == "True" for line in log if "need_export_model:" in line]
+            decisions.append(error or (said[0] if said else "skipped"))
+    return decisions
 
 
 def op_counts(model):
