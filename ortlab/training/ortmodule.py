@@ -73,6 +73,11 @@ def captured_logs():
         # O_APPEND: Python's writes and the C++ core's writes to fds 1 and 2 all go to the end
         sink = open(os.open(Path(tmp) / "log", os.O_RDWR | os.O_CREAT | os.O_APPEND), "a+", buffering=1)
         old_streams = [h.setStream(sink) for h in handlers]
+        own = logging.StreamHandler(sink)  # ORTModule's logger, whatever the root logger is set up to do
+        own.setFormatter(logging.Formatter("%(name)s [%(levelname)s] - %(message)s"))
+        ort_logger, propagate = logging.getLogger("orttraining"), logging.getLogger("orttraining").propagate
+        ort_logger.addHandler(own)
+        ort_logger.propagate = False
         saved_sys, saved_fds = (sys.stdout, sys.stderr), (os.dup(1), os.dup(2))
         sys.stdout = sys.stderr = sink
         os.dup2(sink.fileno(), 1)
@@ -88,6 +93,8 @@ def captured_logs():
             sys.stdout, sys.stderr = saved_sys
             for handler, stream in zip(handlers, old_streams):
                 handler.setStream(stream)
+            ort_logger.removeHandler(own)
+            ort_logger.propagate = propagate
             sink.seek(0)
             lines.extend(clean_log_line(line) for line in sink if line.strip())
             sink.close()
@@ -223,6 +230,7 @@ def train(module, batches, steps, lr=0.05, log_level="WARNING", save_onnx=True, 
             failure = None
     if failure is not None:
         reason = clean_log_line(str(failure).strip().splitlines()[0]) if str(failure).strip() else ""
+        reason = reason.split(" was false. ")[-1]  # an ORT_ENFORCE: keep its message, not the C++ condition
         raise OrtModuleError(f"ORTModule failed: {type(failure).__name__}: {reason}") from None
     return OrtModuleRun(losses, log, folder, prefix, fell_back(model), time.perf_counter() - start, times, trace)
 
@@ -243,7 +251,7 @@ def log_levels(module, batch, levels=LOG_LEVELS):
             log = train(copy.deepcopy(module), [batch], 1, log_level=level, save_onnx=False).log
             rows.append((level, len(log), *(sum(marker in line for line in log) for marker in LINE_KINDS.values())))
         except OrtModuleError as exc:
-            rows.append((level, str(exc)[:90] + "...", *[""] * len(LINE_KINDS)))
+            rows.append((level, str(exc), *[""] * len(LINE_KINDS)))
     return Table(("log level", "lines", *LINE_KINDS), rows)
 
 
