@@ -231,28 +231,35 @@ def train(module, batches, steps, lr=0.05, log_level="WARNING", save_onnx=True, 
     if failure is not None:
         reason = clean_log_line(str(failure).strip().splitlines()[0]) if str(failure).strip() else ""
         reason = reason.split(" was false. ")[-1]  # an ORT_ENFORCE: keep its message, not the C++ condition
+        cause = _root_cause(failure)
+        if cause:
+            reason += f" (caused by {cause[:160]})"
         raise OrtModuleError(f"ORTModule failed: {type(failure).__name__}: {reason}") from None
     return OrtModuleRun(losses, log, folder, prefix, fell_back(model), time.perf_counter() - start, times, trace)
 
 
 LINE_KINDS = {"ORTModule INFO lines": "orttraining [INFO]", "ORTModule WARNING lines": "orttraining [WARNING]",
-              "torch exporter's graph": "Exported graph:", "ORT C++ INFO lines": "onnxruntime [I]",
-              "ORT C++ VERBOSE lines": "onnxruntime [V]"}
+              "torch exporter's graph": "Exported graph:", "ORT C++ INFO": "onnxruntime [I]",
+              "ORT C++ VERBOSE": "onnxruntime [V]"}
+COUNTED = ("ORTModule INFO lines", "ORTModule WARNING lines")  # the others vary in number: yes/no
 
 
 def log_levels(module, batch, levels=LOG_LEVELS):
     """What each DebugOptions log level prints during one training step, as a table: per level,
-    how many lines of each kind (LINE_KINDS), or the error the level causes."""
+    how many lines of ORTModule's own, whether the exporter's graph and the C++ core's INFO and
+    VERBOSE logs appear, or the error the level causes."""
     from ortlab.viz import Table
 
     rows = []
     for level in levels:
         try:
             log = train(copy.deepcopy(module), [batch], 1, log_level=level, save_onnx=False).log
-            rows.append((level, len(log), *(sum(marker in line for line in log) for marker in LINE_KINDS.values())))
         except OrtModuleError as exc:
-            rows.append((level, str(exc), *[""] * len(LINE_KINDS)))
-    return Table(("log level", "lines", *LINE_KINDS), rows)
+            rows.append((level, *[""] * len(LINE_KINDS), str(exc)))
+            continue
+        seen = {kind: sum(marker in line for line in log) for kind, marker in LINE_KINDS.items()}
+        rows.append((level, *(seen[k] if k in COUNTED else ("yes" if seen[k] else "no") for k in LINE_KINDS), ""))
+    return Table(("log level", *LINE_KINDS, "error"), rows)
 
 
 def export_decisions(module, calls, **variables):
@@ -280,6 +287,21 @@ def export_decisions(module, calls, **variables):
             said = [line.rsplit(" ", 1)[-1] == "True" for line in log if "need_export_model:" in line]
             decisions.append(error or (said[0] if said else "skipped"))
     return decisions
+
+
+def _root_cause(exc):
+    """The innermost 'SomeError: message' line of an exception, its chain, and the tracebacks ORT
+    pastes into its messages as text; None when there is nothing deeper than the first line."""
+    texts = []
+    while exc is not None:
+        texts.append(str(exc))
+        exc = exc.__cause__ or exc.__context__
+    tails = "\n".join(t.split("\n", 1)[1] for t in texts if "\n" in t)
+    lines = re.findall(r"^[\w.]+(?:Error|Exception): .+$", tails, re.MULTILINE)
+    if not lines:
+        return None
+    name, _, message = lines[0].partition(": ")
+    return f"{name.rsplit('.', 1)[-1]}: {message}"
 
 
 def op_counts(model):
