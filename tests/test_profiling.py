@@ -42,6 +42,11 @@ def test_compare_and_tables_on_hand_made_profiles():
     assert a.by_op_type() == {"MatMul": (2, 20.0), "Relu": (1, 2.0)}
     rows = {r[0]: r[1:] for r in a.compare(b, ("a", "b")).rows}
     assert rows == {"MatMul": ("20", "5", "-15"), "Gelu": ("0", "7", "+7"), "Relu": ("2", "0", "-2")}
+    a.runs, b.runs = [("r0", 0, 30), ("r1", 30, 30)], [("r0", 0, 12)]
+    calls = {r[0]: r[1:] for r in a.compare(b, by="calls").rows}
+    assert calls == {"MatMul": ("1", "1", "0"), "Gelu": ("0", "1", "+1"), "Relu": ("0.5", "0", "-0.5")}
+    with pytest.raises(ProfileError, match="compare by"):
+        a.compare(b, by="speed")
     assert a.op_type_table().rows[0] == ("MatMul", 2, "20", "90.9%")
     assert a.top(1).rows == [("n1", "MatMul", 2, "20", "90.9%")]
 

@@ -5,6 +5,7 @@ node run (category 'Node', named '<node>_kernel_time', with args op_name and pro
 session events (category 'Session': model_run, SequentialExecutor::Execute).
 """
 import json
+import re
 from pathlib import Path
 
 from ortlab.profiling.trace import Event, Profile, ProfileError
@@ -20,7 +21,7 @@ def _events(path_or_events):
             raise ProfileError(f"{path}: no such profile; ORT writes it when the session ends profiling "
                                "(session.end_profiling() returns its path)")
         try:
-            return json.loads(path.read_text()), path.name
+            return json.loads(path.read_text()), re.sub(r"_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d", "", path.name)
         except json.JSONDecodeError as exc:
             raise ProfileError(f"{path} is not a Chrome trace (JSON): {exc}") from None
     return list(path_or_events), "ORT profile"

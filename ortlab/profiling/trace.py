@@ -69,16 +69,27 @@ class Profile:
                      [(name, op, calls, f"{us:.0f}", f"{100 * us / total:.1f}%")
                       for name, (calls, us, op) in ranked])
 
-    def compare(self, other, names=("a", "b")):
-        """Time by op type in two profiles and the gap (b - a), largest gap first."""
+    def compare(self, other, names=("a", "b"), by="time"):
+        """Per op type in two profiles, and the gap (b - a), largest gap first.
+
+        by="time": total µs (what differs in speed); by="calls": kernel calls per run (what
+        differs in the graph, e.g. the kernels that scale with the number of layers).
+        """
+        if by not in ("time", "calls"):
+            raise ProfileError(f"compare by 'time' or 'calls', not {by!r}")
         mine, theirs = self.by_op_type(), other.by_op_type()
-        rows = []
-        for op in set(mine) | set(theirs):
-            a, b = mine.get(op, (0, 0.0))[1], theirs.get(op, (0, 0.0))[1]
-            rows.append((op, a, b, b - a))
-        rows.sort(key=lambda r: -abs(r[3]))
-        return Table(("op type", f"{names[0]} µs", f"{names[1]} µs", "gap µs"),
-                     [(op, f"{a:.0f}", f"{b:.0f}", f"{gap:+.0f}") for op, a, b, gap in rows])
+
+        def value(profile, found, op):
+            calls, us = found.get(op, (0, 0.0))
+            return us if by == "time" else calls / max(len(profile.runs), 1)
+
+        rows = [(op, value(self, mine, op), value(other, theirs, op)) for op in set(mine) | set(theirs)]
+        rows = sorted(((op, a, b, b - a) for op, a, b in rows), key=lambda r: (-abs(r[3]), r[0]))
+        unit = "µs" if by == "time" else "calls/run"
+        fmt = "{:.0f}" if by == "time" else "{:g}"
+        return Table(("op type", f"{names[0]} {unit}", f"{names[1]} {unit}", "gap"),
+                     [(op, fmt.format(a), fmt.format(b), ("+" if gap > 0 else "") + fmt.format(gap))
+                      for op, a, b, gap in rows])
 
     def timeline(self, title="", max_events=4000):
         """A picture: one bar per kernel, coloured by op type, runs (steps) shaded behind."""
