@@ -135,3 +135,35 @@ def test_a_non_scalar_loss_is_explained():
     x, _ = model.example_inputs()
     with pytest.raises(TrainingError, match="must be a scalar"):
         train(model, [(x,)], SGD(model.parameters()), steps=1, progress=False)
+
+
+def test_progressions_follow_their_rule_and_labels_are_the_next_token():
+    from ortlab.training import progressions
+
+    ids, labels = progressions(batch=6, seq=10, vocab=16, max_stride=3, seed=1)
+    assert ids.shape == labels.shape == (6, 10) and ids.dtype == torch.int64
+    torch.testing.assert_close(labels[:, :-1], ids[:, 1:])
+    strides = (ids[:, 1] - ids[:, 0]) % 16
+    assert ((ids[:, 2:] - ids[:, 1:-1]) % 16 == strides[:, None]).all() and (strides >= 1).all()
+    with pytest.raises(Exception, match="need seq >= 2"):
+        progressions(2, 1)
+
+
+@pytest.mark.parametrize("losses, shape", [
+    ([4.0 - 0.1 * k for k in range(20)], "decreasing"),
+    ([4.0 + 0.001 * (k % 2) for k in range(20)], "plateau"),
+    ([4.0 + 0.2 * k for k in range(20)], "diverging"),
+    ([4.0 - 0.1 * k + (2.0 if k == 10 else 0.0) for k in range(20)], "spiky"),
+    ([4.0] * 10 + [float("nan")] * 10, "not finite"),
+])
+def test_curve_shape(losses, shape):
+    from ortlab.training import curve_shape
+
+    assert curve_shape(losses) == shape
+
+
+def test_curve_shape_needs_enough_points():
+    from ortlab.training import curve_shape
+
+    with pytest.raises(TrainingError, match="need at least 10"):
+        curve_shape([1.0, 0.5])

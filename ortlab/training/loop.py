@@ -96,3 +96,24 @@ def train(model, batches, optimizer, steps, loss_fn=None, clip_norm=None, loss_s
         bar.set_postfix(loss=f"{history.losses[-1]:.4f}", refresh=False)
     bar.close()
     return history
+
+
+def curve_shape(losses, window=5):
+    """What a loss curve looks like, by the rules a training engineer applies by eye:
+
+    'not finite' (a NaN or inf), 'plateau' (the end is within 2% of the start), 'diverging' (the
+    end is above the start), 'spiky' (a step jumps up by more than half the curve's total descent),
+    else 'decreasing'.
+    """
+    values = [float(v) for v in losses]
+    if len(values) < 2 * window:
+        raise TrainingError(f"need at least {2 * window} losses to judge a curve, got {len(values)}")
+    if not all(math.isfinite(v) for v in values):
+        return "not finite"
+    start, end = sum(values[:window]) / window, sum(values[-window:]) / window
+    if abs(start - end) < 0.02 * abs(start):
+        return "plateau"
+    if end > start:
+        return "diverging"
+    jumps = [b - a for a, b in zip(values, values[1:])]
+    return "spiky" if max(jumps) > 0.5 * (start - end) else "decreasing"
