@@ -149,6 +149,16 @@ def seed_everything(seed=0):
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
+def seed_ort(seed=0):
+    """Seed ONNX Runtime's own random generator (Dropout, RandomNormal... in ORT's kernels).
+
+    ORT draws from a process-wide generator (onnxruntime.set_seed, onnxruntime/core/framework/
+    random_seed.cc) that torch's seed does not touch: two ORTModule runs in one process draw
+    different dropout masks unless it is reset between them.
+    """
+    quiet_import("onnxruntime").set_seed(seed)
+
+
 @dataclass
 class Report:
     """What `report()` found; prints as an aligned two-column table."""

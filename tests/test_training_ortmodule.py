@@ -180,3 +180,18 @@ def test_export_decisions_fast_path_and_full_checks():
         mini(*args, **kwargs)
         decisions.append(len(mini.exports) > before)
     assert decisions == [True, False, True]  # the same rule as ORTModule with every check on
+
+
+def test_ort_seed_makes_ortmodule_dropout_repeatable():
+    from ortlab.env import seed_ort
+
+    module = models.get("mlp", dropout=0.5)
+    batches = [module.example_inputs()]
+
+    def losses(seed=None):
+        if seed is not None:
+            seed_ort(seed)
+        return om.train(copy.deepcopy(module), batches, 3, save_onnx=False).losses
+
+    assert losses(7) == losses(7)
+    assert losses() != losses()  # the generator goes on from where the last run left it
