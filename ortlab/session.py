@@ -155,3 +155,27 @@ def run_node(op_type, inputs, attributes=None, domain="", opset=17, outputs=1):
     model.ir_version = 8
     session = create(model, session_options("disable"), ["CPUExecutionProvider"])
     return session.run(None, dict(zip(in_names, arrays)))
+
+
+def node_outputs(model, feeds, providers=("CPUExecutionProvider",)):
+    """Every node's outputs, computed in one run: [(node name, op type, output name, array)] in graph order.
+
+    A release build of ORT cannot dump node inputs and outputs (that needs a build with
+    onnxruntime_DEBUG_NODE_INPUTS_OUTPUTS, see onnxruntime/core/framework/
+    debug_node_inputs_outputs_utils.cc); making every value a graph output, with the graph
+    optimizations off so that every value still exists, shows the same numbers.
+    """
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    present = {o.name for o in model.graph.output}
+    produced = [(n, o) for n in model.graph.node for o in n.output if o]
+    model.graph.output.extend(onnx.ValueInfoProto(name=o) for _, o in produced if o not in present)
+    values = run_model(model, feeds, providers)
+    return [(n.name or "(no name)", n.op_type, o, values[o]) for n, o in produced]
+
+
+def first_non_finite(model, feeds):
+    """The first node (in graph order) whose output holds a NaN or an inf, as (node, op, output), or None."""
+    for node, op, output, value in node_outputs(model, feeds):
+        if np.asarray(value).dtype.kind == "f" and not np.all(np.isfinite(value)):
+            return node, op, output
+    return None

@@ -3,6 +3,7 @@ hold each finding (and on one that holds none)."""
 import json
 
 import matplotlib
+import numpy as np
 import pytest
 import torch
 from onnx import TensorProto, helper
@@ -167,3 +168,16 @@ def test_doctor_errors_and_extension():
         assert diagnose(_graph([_n("Sqrt", ["X"], ["Y"], "s")])).counts()["sqrt_nodes"] == 1
     finally:
         del profiling.CHECKS["sqrt_nodes"]
+
+
+def test_plan_table_lists_each_nodes_output_bytes_in_execution_order():
+    model, feeds = _mlp_model()
+    profile = profiling.profile_model(model, feeds, runs=2, level="disable")
+    table = profiling.plan_table(profile, run=1)
+    assert [r[0] for r in table.rows] == [n.name for n in model.graph.node]  # one node after the other
+    for (_, _, shapes, size, _), node in zip(table.rows, model.graph.node):
+        dims = [int(d) for d in shapes.strip("[]").split(", ")] if shapes else []
+        assert size == (4 * int(np.prod(dims)) if dims else size)  # float32: 4 bytes an element
+    assert table.rows[-1][4] == sum(r[3] for r in table.rows)
+    with pytest.raises(ProfileError, match="no session runs"):
+        profiling.plan_table(Profile("empty", []))

@@ -72,3 +72,28 @@ def test_run_model_returns_outputs_by_name():
     assert list(out) == ["y", "z"]
     np.testing.assert_array_equal(out["y"], [-1.0, 2.0])
     np.testing.assert_array_equal(out["z"], [1.0, 2.0])
+
+
+def test_node_outputs_are_every_intermediate_value_and_first_non_finite_finds_0_over_0():
+    import torch
+    from onnx import TensorProto, helper
+
+    from ortlab import models
+
+    nodes = [helper.make_node("Relu", ["X"], ["r"], name="relu"), helper.make_node("Neg", ["r"], ["Y"], name="neg")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = np.array([[-1.0, 2.0, -3.0], [4.0, -5.0, 6.0]], dtype=np.float32)
+    dumped = {output: (node, op, value) for node, op, output, value in session.node_outputs(model, {"X": x})}
+    assert list(dumped) == ["r", "Y"]
+    np.testing.assert_array_equal(dumped["r"][2], np.maximum(x, 0))
+    np.testing.assert_array_equal(dumped["Y"][2], -np.maximum(x, 0))
+    assert session.first_non_finite(model, {"X": x}) is None
+
+    norm = models.LayerNorm(4, eps=0.0)       # (x - mean) / sqrt(var + 0): a constant row gives 0 / 0
+    row = torch.tensor([[1.0, 2.0, 3.0, 4.0], [5.0, 5.0, 5.0, 5.0]])
+    exported = models.export(norm, (row,))
+    node, op, _ = session.first_non_finite(exported, {"input_0": row.numpy()})
+    assert op == "Div"

@@ -8,10 +8,10 @@
 """
 from ortlab.profiling.graph_doctor import (CHECKS, Diagnosis, DoctorError, Finding, diagnose, diagnose_dumps,
                                            register_check)
-from ortlab.profiling.ort_profile import load_ort_profile, profile_model
+from ortlab.profiling.ort_profile import load_ort_profile, plan_table, profile_model
 from ortlab.profiling.torch_profile import load_torch_profile, profile_torch
 from ortlab.profiling.trace import Event, Profile, ProfileError
 
 __all__ = ["CHECKS", "Diagnosis", "DoctorError", "Event", "Finding", "Profile", "ProfileError", "diagnose",
-           "diagnose_dumps", "load_ort_profile", "load_torch_profile", "profile_model", "profile_torch",
+           "diagnose_dumps", "load_ort_profile", "load_torch_profile", "plan_table", "profile_model", "profile_torch",
            "register_check"]

@@ -27,14 +27,19 @@ def _events(path_or_events):
     return list(path_or_events), "ORT profile"
 
 
+def _kernel(event):
+    args = event.get("args", {})
+    shapes = tuple(tuple(shape) for entry in args.get("output_type_shape", []) for shape in entry.values())
+    return Event(event["name"][:-len(KERNEL_SUFFIX)], args.get("op_name", "?"), event["ts"], event["dur"],
+                 args.get("provider", ""), shapes, int(args.get("output_size", 0)))
+
+
 def load_ort_profile(path_or_events):
     """A Profile from ORT's trace file (or its already-loaded list of events)."""
     events, source = _events(path_or_events)
     if isinstance(events, dict):  # a torch trace has {"traceEvents": [...]}
         raise ProfileError(f"{source} looks like a torch.profiler trace; use load_torch_profile")
-    kernels = [Event(e["name"][:-len(KERNEL_SUFFIX)], e.get("args", {}).get("op_name", "?"), e["ts"], e["dur"],
-                     e.get("args", {}).get("provider", ""))
-               for e in events if e.get("cat") == "Node" and e.get("name", "").endswith(KERNEL_SUFFIX)]
+    kernels = [_kernel(e) for e in events if e.get("cat") == "Node" and e.get("name", "").endswith(KERNEL_SUFFIX)]
     session = [e for e in events if e.get("cat") == "Session"]
     kind = next((n for n in RUN_NAMES if any(e["name"] == n for e in session)), None)
     runs = [(f"run {k}", e["ts"], e["dur"]) for k, e in enumerate(e for e in session if e["name"] == kind)]
@@ -46,3 +51,19 @@ def profile_model(model, feeds, runs=3, **options):
     from ortlab.session import profile
 
     return load_ort_profile(profile(model, feeds, runs=runs, **options))
+
+
+def plan_table(profile, run=0, limit=None):
+    """What each node of one run produced, in execution order: output shapes and bytes, and the running
+    total of bytes produced so far (what ORT's allocation planner had to find room for; it reuses
+    buffers, so the peak is lower than the total, see L2_02)."""
+    from ortlab.viz import Table
+
+    if not profile.runs:
+        raise ProfileError(f"{profile.source}: no session runs recorded")
+    _, start, dur = profile.runs[run]
+    rows, total = [], 0
+    for e in (e for e in profile.events if start <= e.ts <= start + dur):
+        total += e.output_bytes
+        rows.append((e.name, e.op_type, " ".join(str(list(s)) for s in e.output_shapes), e.output_bytes, total))
+    return Table(("node", "op", "output shapes", "output bytes", "bytes so far"), rows[:limit])

@@ -26,6 +26,8 @@ class Event:
     ts: float
     dur: float
     provider: str = ""
+    output_shapes: tuple = ()  # ORT only: the shapes of the node's outputs in this run
+    output_bytes: int = 0      # ORT only: the bytes those outputs take
 
 
 @dataclass
