@@ -6,6 +6,7 @@ builders look for: the LayerNorm subgraph (ReduceMean, Sub, Pow, Sqrt, Div),
 Erf-based GELU, MatMul+Add, Transpose+MatMul with a scale, Softmax, Dropout,
 Where (masking) and SoftmaxCrossEntropyLoss.
 """
+import contextlib
 import io
 import math
 import warnings
@@ -245,12 +246,52 @@ def get(name, **kwargs):
     return ZOO[name](**kwargs)
 
 
+def ortmodule_symbolics():
+    """Names of the export symbolics ORTModule registers when constructed (its ATen and contrib ones),
+    read from its registries if it was imported (ortmodule/_custom_op_symbolic_registry.py,
+    onnxruntime/tools/pytorch_export_contrib_ops.py)."""
+    import sys
+
+    names = set()
+    registry = sys.modules.get("onnxruntime.training.ortmodule._custom_op_symbolic_registry")
+    if registry is not None:
+        names.update(registry.CustomOpSymbolicRegistry._SYMBOLICS)
+    contrib = sys.modules.get("onnxruntime.tools.pytorch_export_contrib_ops")
+    if contrib is not None:
+        names.update(contrib._registered_ops)
+    # "::embedding" (empty domain) and "embedding" both mean aten::embedding, as torch.onnx reads them
+    return {f"aten{n}" if n.startswith("::") else n if "::" in n else f"aten::{n}" for n in names}
+
+
+@contextlib.contextmanager
+def plain_torch_export():
+    """Export with torch's own symbolics: those ORTModule registered process-wide (embedding ->
+    ATen, ...) are set aside for the duration and put back after; other custom symbolics stay.
+
+    Uses torch/onnx/_internal/registration.py, where each custom symbolic is an override.
+    """
+    from torch.onnx._internal import registration
+
+    saved = []
+    for name in ortmodule_symbolics():
+        group = registration.registry.get_function_group(name)
+        for opset, function in list(group._functions._overrides.items()) if group else []:
+            saved.append((name, opset, function))
+            group.remove_custom(opset)
+    try:
+        yield
+    finally:
+        for name, opset, function in saved:
+            registration.registry.register(name, opset, function, custom=True)
+
+
 def export(model, inputs, training=False, opset=17):
     """Export with torch.onnx.export (as ORTModule does) and return the onnx.ModelProto.
 
     Give (x,) or (input_ids,) for a graph whose output is `logits`, or add the labels
     for one whose output is the scalar `loss`. training=True keeps the Dropout nodes
-    (TrainingMode.TRAINING, and no constant folding, as ORTModule exports).
+    (TrainingMode.TRAINING, and no constant folding, as ORTModule exports). torch's own
+    symbolics are used even after an ORTModule registered its own (plain_torch_export).
     """
     inputs = tuple(inputs)
     names = list(getattr(model, "input_names", [f"input_{i}" for i in range(len(inputs))]))[:len(inputs)]
@@ -260,7 +301,7 @@ def export(model, inputs, training=False, opset=17):
     model.train(training)
     buffer = io.BytesIO()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), plain_torch_export():
             # torch 2.6 calls `training=` deprecated; ORTModule 1.19.2 passes it the same way.
             warnings.filterwarnings("ignore", message="Setting `training`", category=FutureWarning)
             torch.onnx.export(model, inputs, buffer, input_names=names,

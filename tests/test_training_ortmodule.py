@@ -195,3 +195,23 @@ def test_ort_seed_makes_ortmodule_dropout_repeatable():
 
     assert losses(7) == losses(7)
     assert losses() != losses()  # the generator goes on from where the last run left it
+
+
+def test_models_export_is_plain_onnx_after_ortmodule_ran(bert_run):
+    exported = models.export(models.get("bert", dropout=0.0), models.get("bert").example_inputs()[:1])
+    assert all(n.domain == "" for n in exported.graph.node)
+    assert "Gather" in {n.op_type for n in exported.graph.node}
+
+
+def test_plain_export_keeps_a_users_own_custom_symbolic(bert_run):
+    """Only ORTModule's symbolics are set aside: one a user registers still applies."""
+    def relu_as_leaky(g, x):
+        return g.op("LeakyRelu", x, alpha_f=0.0)
+
+    torch.onnx.register_custom_op_symbolic("aten::relu", relu_as_leaky, 9)
+    try:
+        mlp = models.get("mlp", dropout=0.0)
+        ops = {n.op_type for n in models.export(mlp, mlp.example_inputs()[:1]).graph.node}
+    finally:
+        torch.onnx.unregister_custom_op_symbolic("aten::relu", 9)
+    assert "LeakyRelu" in ops and "Relu" not in ops

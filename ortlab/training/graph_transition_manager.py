@@ -6,7 +6,6 @@ tensor leaf a graph input and every dimension dynamic, (3) the post-export proce
 one step: parameters and buffers become graph inputs, so that each run feeds torch's current
 values (ORT's `_post_export_processed_model` does the same through initializer-to-input).
 """
-import contextlib
 import inspect
 import io
 import warnings
@@ -17,6 +16,7 @@ import torch
 from onnx import helper, numpy_helper
 
 from ortlab.errors import OrtlabError
+from ortlab.models import plain_torch_export
 from ortlab.training.io import flatten_outputs, leaf_paths, TensorStub
 
 PREFIX = "module."
@@ -77,27 +77,6 @@ class ExportedModel:
     output_names: list
     output_schema: object
     reasons: list = field(default_factory=list)  # why this export happened
-
-
-@contextlib.contextmanager
-def plain_torch_export():
-    """Export with torch's own symbolics: custom ones (ORTModule registers some process-wide when
-    it is constructed, e.g. embedding -> ATen) are set aside for the duration and put back after.
-
-    Uses torch/onnx/_internal/registration.py, where each custom symbolic is an override.
-    """
-    from torch.onnx._internal import registration
-
-    saved = []
-    for name, group in registration.registry._registry.items():
-        for opset, function in list(group._functions._overrides.items()):
-            saved.append((name, opset, function))
-            group.remove_custom(opset)
-    try:
-        yield
-    finally:
-        for name, opset, function in saved:
-            registration.registry.register(name, opset, function, custom=True)
 
 
 def _export(module, flat_inputs, names, opset):
