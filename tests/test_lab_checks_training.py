@@ -88,3 +88,71 @@ def test_lab06_doctor_check(capsys, body, words):
     finally:
         del profiling.CHECKS["standalone_gelu"]
     assert "is registered yet" in verdict(capsys, lambda: lab06.check_bias_gelu_check("standalone_gelu"))
+
+
+# --- lab08 ------------------------------------------------------------------------------------
+
+from ortlab.labs import lab08  # noqa: E402
+
+
+def _step(model, optimizer, batch, zero=True, item=True):
+    if zero:
+        optimizer.zero_grad()
+    loss = model(*batch)
+    loss.backward()
+    optimizer.step()
+    return loss.item() if item else loss
+
+
+@pytest.mark.parametrize("step, words", [
+    (_step, "[PASS]"),
+    (lambda m, o, b: _step(m, o, b, zero=False), "did you zero the gradients"),
+    (lambda m, o, b: _step(m, o, b, item=False), "return loss.item()"),
+    (_stub, "[NOT DONE]")])
+def test_lab08_training_step(capsys, step, words):
+    assert words in verdict(capsys, lambda: lab08.check_training_step(step))
+
+
+def _train(wrap, steps, lr=1e-2):
+    import torch
+
+    from ortlab.training import ortmodule as om
+
+    with om.captured_logs():
+        model = wrap(lab08.tiny_gpt())
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+        data = lab08.task()
+        return model, [_step(model, optimizer, data[s % len(data)]) for s in range(steps)]
+
+
+def test_lab08_train_e2e(capsys):
+    from onnxruntime.training.ortmodule import ORTModule
+
+    assert "[PASS]" in verdict(capsys, lambda: lab08.check_reaches_target(lambda: _train(ORTModule, 200)))
+    assert "wrap the tiny GPT with ORTModule" in verdict(
+        capsys, lambda: lab08.check_reaches_target(lambda: _train(lambda m: m, 12)))
+    assert "above the target 0.5" in verdict(
+        capsys, lambda: lab08.check_reaches_target(lambda: _train(ORTModule, 12)))
+    assert "return (model, losses)" in verdict(capsys, lambda: lab08.check_reaches_target(lambda: [1.0]))
+
+
+def test_lab08_parity(capsys):
+    from onnxruntime.training.ortmodule import ORTModule
+
+    def curves(steps, lr=0.05, ort_lr=0.05):
+        import torch
+
+        from ortlab.training import ortmodule as om
+
+        out = []
+        for wrap, rate in ((ORTModule, ort_lr), (lambda m: m, lr)):
+            with om.captured_logs():
+                model = wrap(lab08.tiny_gpt())
+                optimizer = torch.optim.SGD(model.parameters(), lr=rate)
+                data = lab08.task()
+                out.append([_step(model, optimizer, data[s % len(data)]) for s in range(steps)])
+        return tuple(out)
+
+    assert "[PASS]" in verdict(capsys, lambda: lab08.check_parity(curves, steps=6))
+    assert "your PyTorch losses" in verdict(capsys, lambda: lab08.check_parity(lambda n: curves(n, lr=0.1), steps=6))
+    assert "your ORTModule losses" in verdict(capsys, lambda: lab08.check_parity(lambda n: curves(n, ort_lr=0.5), steps=6))

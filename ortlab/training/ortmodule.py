@@ -304,6 +304,26 @@ def _root_cause(exc):
     return f"{name.rsplit('.', 1)[-1]}: {message}"
 
 
+def step_time_table(module, batches, steps=20, warmup=3, lr=0.05):
+    """PyTorch and ORTModule side by side on copies of `module`, the same batches and SGD: the median
+    ms per step after `warmup` steps (the first ORTModule step exports and builds the session),
+    the fastest and slowest of those steps, and the first step. Times are this machine's."""
+    from statistics import median
+
+    from ortlab.training.loop import train as torch_train
+    from ortlab.viz import Table
+
+    if steps <= warmup:
+        raise OrtModuleError(f"need steps > warmup to time anything; got steps={steps}, warmup={warmup}")
+    reference = copy.deepcopy(module)
+    timed = {"PyTorch": torch_train(reference, batches, torch.optim.SGD(reference.parameters(), lr=lr), steps,
+                                    progress=False).step_times,
+             "ORTModule": train(copy.deepcopy(module), batches, steps, lr=lr, save_onnx=False).step_times}
+    rows = [(name, f"{1e3 * median(t[warmup:]):.2f}", f"{1e3 * min(t[warmup:]):.2f}", f"{1e3 * max(t[warmup:]):.2f}",
+             f"{1e3 * t[0]:.1f}") for name, t in timed.items()]
+    return Table(("", f"median ms/step (steps {warmup + 1}-{steps})", "fastest", "slowest", "first step ms"), rows)
+
+
 def op_counts(model):
     """{op type: count} of a model's nodes (domain-qualified for non-ONNX domains)."""
     counts = {}
