@@ -132,6 +132,7 @@ CASES = [
     Case("Gemm", [x(3, 4), x(5, 4)], lambda a, b: a @ b.T, {"transB": 1}, id="Gemm-no-C"),
     Case("Transpose", [x(2, 3, 4)], lambda a: a.permute(2, 0, 1), {"perm": [2, 0, 1]}, id="Transpose"),
     Case("Reshape", [x(2, 3, 4), const(np.array([0, -1]))], lambda a, s: a.reshape(2, -1), id="Reshape"),
+    Case("Flatten", [x(2, 3, 4)], lambda a: a.reshape(2, -1), {"axis": 1}, id="Flatten"),
     Case("Squeeze", [x(3, 1, 4), const(np.array([1]))], lambda a, s: a.squeeze(1), id="Squeeze"),
     Case("Unsqueeze", [x(3, 4), const(np.array([0, 2]))], lambda a, s: a[None, :, None, :], id="Unsqueeze"),
     Case("Concat", [x(2, 3), x(2, 1)], lambda a, b: torch.cat([a, b], 1), {"axis": 1}, id="Concat"),

@@ -183,3 +183,59 @@ def test_bad_input_is_explained():
 
     with pytest.raises(ExportError, match="special_bessel_j0.*no fallback"):
         MiniORTModule(Unexportable())(torch.ones(3))
+
+
+class _Embed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.e, self.ln, self.l = torch.nn.Embedding(10, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 3)
+
+    def forward(self, ids):
+        return torch.nn.functional.gelu(self.l(self.ln(self.e(ids))), approximate="tanh").softmax(-1)
+
+
+class _MHA(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.m = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x):
+        return self.m(x, x, x)[0]
+
+
+class _Encoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.t = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+
+    def forward(self, x):
+        return self.t(x)
+
+
+@pytest.mark.parametrize("builder", ["ort", "ortlab"])
+@pytest.mark.parametrize("make, inputs", [
+    (_Embed, lambda: (torch.randint(0, 10, (2, 5)),)),       # torch's LayerNormalization op, tanh GELU
+    (_MHA, lambda: (torch.randn(2, 4, 8),)),                  # nn.MultiheadAttention
+    (_Encoder, lambda: (torch.randn(2, 5, 16),)),             # nn.TransformerEncoder
+], ids=["embedding-layernorm-gelu", "multihead-attention", "transformer-encoder"])
+def test_torch_nn_layers_train_like_torch(make, inputs, builder):
+    torch.manual_seed(0)
+    reference = make()
+    wrapped = MiniORTModule(copy.deepcopy(reference), gradient_builder=builder)
+    x = inputs()
+    reference(*x).pow(2).sum().backward()
+    wrapped(*x).pow(2).sum().backward()
+    for (name, p), q in zip(reference.named_parameters(), wrapped.module.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+def test_an_op_without_a_gradient_is_named():
+    from ortlab.gradients import OrtGradientError, UnknownGradientError
+
+    gru = torch.nn.GRU(4, 6, batch_first=True)
+    x = torch.randn(2, 3, 4)
+    with pytest.raises(OrtGradientError, match="not been registered: GRU"):
+        MiniORTModule(copy.deepcopy(gru))(x)[0].sum().backward()
+    with pytest.raises(UnknownGradientError, match="no gradient builder is registered for GRU"):
+        MiniORTModule(copy.deepcopy(gru), gradient_builder="ortlab")(x)[0].sum().backward()

@@ -62,6 +62,12 @@ def get_reshape_gradient(b):
     return [b.emit("Reshape", [b.GO(0), b.emit("Shape", [b.I(0)])], [b.GI(0)]), None]
 
 
+@register_gradient("Flatten")
+def get_flatten_gradient(b):
+    """dX = Reshape(dY, Shape(X)). ORT: the same (GetFlattenGradient)."""
+    return [b.emit("Reshape", [b.GO(0), b.emit("Shape", [b.I(0)])], [b.GI(0)])]
+
+
 @register_gradient("Squeeze")
 def get_squeeze_gradient(b):
     """dX = Unsqueeze(dY, axes), or Reshape to X's shape without axes. ORT: Unsqueeze."""

@@ -16,17 +16,28 @@ class OrtGradientError(OrtlabError):
     """ORT's C++ gradient builder refused the model; the message carries ORT's reason."""
 
 
-def insert_softmax_cross_entropy_loss_output(model):
-    """A copy of `model` whose SoftmaxCrossEntropyLoss nodes also output their log-probabilities.
+# Optional outputs that ORT's gradient builders read (gradient_builder.cc: I/O indices they ask for),
+# and that an exporter may leave out: op type -> names of the outputs to add, by suffix.
+OUTPUTS_FOR_GRADIENTS = {"SoftmaxCrossEntropyLoss": ("log_prob",),
+                         "LayerNormalization": ("saved_mean", "saved_inv_std_var"),
+                         "Dropout": ("mask",)}
+
+
+def insert_outputs_for_gradients(model):
+    """A copy of `model` whose nodes carry the optional outputs their ORT gradient builders read:
+    SoftmaxCrossEntropyLoss's log-probabilities, LayerNormalization's mean and inverse standard
+    deviation, Dropout's mask.
 
     Mirrors ORT's InsertSoftmaxCrossEntropyLossOutput rewrite (orttraining/orttraining/core/
-    optimizer/insert_output_rewriter.cc), one of the pre-training transformers: the gradient
-    builder reads that output, and the pybind builder does not run the rewrite itself.
+    optimizer/insert_output_rewriter.cc), one of the pre-training transformers, and what
+    ORTModule's own export symbolics do for layer_norm; the pybind builder does neither itself,
+    and without them it fails with "i < node_->OutputDefs().size()" (gradient_builder_base.h).
     """
     model = copy.deepcopy(model)
     for k, node in enumerate(model.graph.node):
-        if node.op_type == "SoftmaxCrossEntropyLoss" and len(node.output) < 2:
-            node.output.append(f"{node.name or f'sce_{k}'}_log_prob")
+        wanted = OUTPUTS_FOR_GRADIENTS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ()
+        for suffix in wanted[len(node.output) - 1:]:
+            node.output.append(f"{node.name or f'{node.op_type}_{k}'}_{suffix}")
     return model
 
 
@@ -35,7 +46,7 @@ def ort_gradient_graph(model, x_names, loss_name):
     from ortlab.session import captured_stderr_fd
 
     capi = quiet_import("onnxruntime.capi._pybind_state")
-    model = insert_softmax_cross_entropy_loss_output(model)
+    model = insert_outputs_for_gradients(model)
     try:
         builder = capi.GradientGraphBuilder(model.SerializeToString(), {loss_name}, set(x_names), loss_name)
         with tempfile.TemporaryFile(mode="w+") as log, captured_stderr_fd(log):
