@@ -7,7 +7,7 @@ profiles, and run the learner's doctor check on graphs built to hold the pattern
 from onnx import TensorProto, helper
 
 from ortlab import models, profiling
-from ortlab.labs.checks import CheckFailed, check, compare
+from ortlab.labs.checks import call_learner, check, compare
 from ortlab.training import ortmodule as om
 
 
@@ -19,19 +19,10 @@ def profile_ortmodule(layers=2, steps=3, seed=0):
     return run, profiling.load_ort_profile(run.profile)
 
 
-def _call(fn, *args, what):
-    try:
-        return fn(*args)
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as exc:
-        raise CheckFailed(f"{what} raised {type(exc).__name__}: {str(exc).strip()[:120]}") from None
-
-
 def check_op_type_totals(op_type_totals, profile):
     """Exercise 'op_type_totals': op_type_totals(profile) -> {op type: total µs}."""
     def test():
-        got = _call(op_type_totals, profile, what="op_type_totals(profile)")
+        got = call_learner(op_type_totals, profile, what="op_type_totals(profile)")
         if not isinstance(got, dict):
             return f"op_type_totals must return a dict {{op type: µs}}, not {type(got).__name__}"
         expected = {op: us for op, (_, us) in profile.by_op_type().items()}
@@ -55,7 +46,7 @@ def reference_step_times(profile):
 def check_step_times(step_times, profile):
     """Exercise 'step_times': step_times(profile) -> [ms per step], from the session runs."""
     def test():
-        got = _call(step_times, profile, what="step_times(profile)")
+        got = call_learner(step_times, profile, what="step_times(profile)")
         expected = reference_step_times(profile)
         if not isinstance(got, (list, tuple)) or len(got) != len(expected):
             return (f"expected {len(expected)} step times (one per step: {len(profile.runs)} runs, a forward "
@@ -72,7 +63,7 @@ def reference_layer_ops(one, two):
 def check_layer_ops(layer_ops, one, two):
     """Exercise 'layer_ops': layer_ops(one_layer, two_layers) -> sorted op types whose calls per run grow."""
     def test():
-        got = _call(layer_ops, one, two, what="layer_ops(one, two)")
+        got = call_learner(layer_ops, one, two, what="layer_ops(one, two)")
         expected = reference_layer_ops(one, two)
         if sorted(got) != expected:
             wrong = sorted(set(got) ^ set(expected))[:6]
@@ -107,7 +98,7 @@ def check_bias_gelu_check(name="standalone_gelu"):
             raise NotImplementedError(f"no check named {name!r} is registered yet: decorate your function "
                                       "with @profiling.register_check and run its cell")
         for case, model, expected in doctor_cases():
-            findings = _call(lambda: profiling.diagnose(model, [name]).findings, what=f"your check on '{case}'")
+            findings = call_learner(lambda: profiling.diagnose(model, [name]).findings, what=f"your check on '{case}'")
             if len(findings) != expected:
                 return f"on the graph '{case}' your check found {len(findings)} finding(s), expected {expected}"
             if findings and not all(isinstance(f, profiling.Finding) for f in findings):

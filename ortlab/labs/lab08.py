@@ -7,7 +7,7 @@ tiny GPT; every reference run here is plain PyTorch, built from the same seeds.
 import torch
 
 from ortlab import models
-from ortlab.labs.checks import CheckFailed, check, compare
+from ortlab.labs.checks import call_learner, check, compare
 from ortlab.training import progression_batches
 from ortlab.training import ortmodule as om
 
@@ -22,15 +22,6 @@ def task(n=16, batch=16, seq=16, seed=0):
 def tiny_gpt(seed=0):
     """The lab's model: the tiny GPT with a vocabulary of 16 and no dropout (for parity)."""
     return models.get("gpt", vocab=VOCAB, dropout=0.0, seed=seed)
-
-
-def _call(fn, *args, what):
-    try:
-        return fn(*args)
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as exc:
-        raise CheckFailed(f"{what} raised {type(exc).__name__}: {str(exc).strip()[:150]}") from None
 
 
 def _reference_step(model, optimizer, batch):
@@ -49,7 +40,7 @@ def check_training_step(training_step):
         for name, step in (("yours", training_step), ("reference", _reference_step)):
             model = tiny_gpt()
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            losses = [_call(step, model, optimizer, b, what="training_step(model, optimizer, batch)") if name == "yours"
+            losses = [call_learner(step, model, optimizer, b, what="training_step(model, optimizer, batch)") if name == "yours"
                       else step(model, optimizer, b) for b in data]
             runs[name] = (losses, model)
         (losses, model), (expected, reference) = runs["yours"], runs["reference"]
@@ -69,7 +60,7 @@ def check_training_step(training_step):
 def check_reaches_target(train_e2e):
     """Exercise 'train_e2e': train_e2e() -> (model, losses): ORTModule, no fallback, the target reached."""
     def test():
-        result = _call(train_e2e, what="train_e2e()")
+        result = call_learner(train_e2e, what="train_e2e()")
         if not isinstance(result, tuple) or len(result) != 2:
             return "return (model, losses): the ORTModule you trained and its list of losses"
         model, losses = result
@@ -97,7 +88,7 @@ def reference_torch_losses(steps, lr=0.05):
 def check_parity(parity_curves, steps=20):
     """Exercise 'parity': parity_curves(steps) -> (ORTModule losses, PyTorch losses), SGD lr 0.05."""
     def test():
-        result = _call(parity_curves, steps, what=f"parity_curves({steps})")
+        result = call_learner(parity_curves, steps, what=f"parity_curves({steps})")
         if not isinstance(result, tuple) or len(result) != 2:
             return "return (ort_losses, torch_losses)"
         ort_losses, torch_losses = (list(r) for r in result)
