@@ -215,3 +215,14 @@ def test_plain_export_keeps_a_users_own_custom_symbolic(bert_run):
     finally:
         torch.onnx.unregister_custom_op_symbolic("aten::relu", 9)
     assert "LeakyRelu" in ops and "Relu" not in ops
+
+
+def test_training_agent_runs_one_session_whose_outputs_are_the_gradients(bert_run):
+    run, _ = bert_run
+    session = run.training_agent()._inference_session
+    outputs = [o.name for o in session.get_outputs()]
+    assert len(outputs) == len(list(run.model.parameters())) and all(o.endswith("_grad") for o in outputs)
+    assert [i.name for i in session.get_inputs()][:2] == ["input_ids", "labels"]
+    fallen = om.train(models.LgammaRegressor(), [(torch.randn(4, 4),)], 1, save_onnx=False)
+    with pytest.raises(om.OrtModuleError, match="fell back to PyTorch"):
+        fallen.training_agent()

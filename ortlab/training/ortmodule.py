@@ -158,6 +158,14 @@ class OrtModuleRun:
     seconds: float
     step_times: list = field(default_factory=list)
     profile: Path = None  # ORT's trace of the training session, when train(profile=True)
+    model: object = field(default=None, repr=False)  # the ORTModule itself, to look inside
+
+    def training_agent(self):
+        """The ORTModule's TrainingAgent (ortmodule/_execution_agent.py): one InferenceSession over
+        the whole training graph, run forward to the YieldOp and then backward from it."""
+        if self.model is None or self.fell_back:
+            raise OrtModuleError("no ORT training session: this run fell back to PyTorch or kept no model")
+        return self.model._torch_module._execution_manager(True)._execution_agent
 
     def graphs(self, mode="training"):
         """{dump kind: onnx.ModelProto} of the graphs ORTModule saved (DUMPS order)."""
@@ -235,7 +243,8 @@ def train(module, batches, steps, lr=0.05, log_level="WARNING", save_onnx=True, 
         if cause:
             reason += f" (caused by {cause[:160]})"
         raise OrtModuleError(f"ORTModule failed: {type(failure).__name__}: {reason}") from None
-    return OrtModuleRun(losses, log, folder, prefix, fell_back(model), time.perf_counter() - start, times, trace)
+    return OrtModuleRun(losses, log, folder, prefix, fell_back(model), time.perf_counter() - start, times, trace,
+                        model)
 
 
 LINE_KINDS = {"ORTModule INFO lines": "orttraining [INFO]", "ORTModule WARNING lines": "orttraining [WARNING]",
