@@ -239,3 +239,54 @@ def test_an_op_without_a_gradient_is_named():
         MiniORTModule(copy.deepcopy(gru))(x)[0].sum().backward()
     with pytest.raises(UnknownGradientError, match="no gradient builder is registered for GRU"):
         MiniORTModule(copy.deepcopy(gru), gradient_builder="ortlab")(x)[0].sum().backward()
+
+
+class _PassThrough(torch.nn.Module):
+    """Returns an input unchanged next to a computed value; takes an unused tensor keyword."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(3, 3)
+
+    def forward(self, x, unused=None):
+        return x, self.l(x)
+
+
+class _KeywordOnly(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(3, 1)
+
+    def forward(self, *, x, w=2.0):
+        return (self.l(x) * w).sum()
+
+
+class _ReturnsParameter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.linspace(0.5, 1.5, 3))
+
+    def forward(self, x):
+        return x * self.w, self.w
+
+
+@pytest.mark.parametrize("builder", ["ort", "ortlab"])
+@pytest.mark.parametrize("make, args, kwargs", [
+    (_PassThrough, (torch.randn(2, 3).requires_grad_(),), {"unused": torch.ones(1)}),
+    (_KeywordOnly, (), {"x": torch.randn(4, 3), "w": 3.0}),
+    (_ReturnsParameter, (torch.randn(2, 3),), {}),
+], ids=["input-returned", "keyword-only", "parameter-returned"])
+def test_unusual_signatures_and_outputs(make, args, kwargs, builder):
+    torch.manual_seed(0)
+    reference = make()
+    wrapped = MiniORTModule(copy.deepcopy(reference), gradient_builder=builder)
+    grads = []
+    for module in (reference, wrapped):
+        a, k = copy.deepcopy((args, kwargs))
+        out = module(*a, **k)
+        sum(t.pow(2).sum() for t in (out if isinstance(out, tuple) else (out,))).backward()
+        grads.append([t.grad for t in a if t.requires_grad])
+    for p, q in zip(reference.parameters(), wrapped.module.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6)
+    for g, h in zip(*grads):
+        torch.testing.assert_close(h, g, rtol=1e-4, atol=1e-6)
