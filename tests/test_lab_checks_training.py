@@ -6,7 +6,7 @@ import pytest
 
 from ortlab import profiling
 from ortlab.labs import lab06
-from ortlab.profiling import Event, Profile
+from ortlab.profiling import Profile
 
 
 def verdict(capsys, run):

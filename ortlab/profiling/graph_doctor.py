@@ -111,7 +111,7 @@ def standalone_matmul(graph, uses):
             continue
         hints = [f"input from {p.op_type} (FusedMatMul folds it)" for p in uses.before(node)
                  if p.op_type in ("Transpose", "Mul", "Div")]
-        hints += [f"output into Add (MatMul+Add is Gemm for 2-D)" for c in uses.after(node) if c.op_type == "Add"]
+        hints += ["output into Add (MatMul+Add is Gemm for 2-D)" for c in uses.after(node) if c.op_type == "Add"]
         if hints:
             found.append(_finding("standalone_matmul", node, "; ".join(hints)))
     return found

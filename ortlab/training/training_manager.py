@@ -13,7 +13,6 @@ product torch's backward asks for.
 """
 from dataclasses import dataclass
 
-import numpy as np
 import onnx
 import torch
 from onnx import TensorProto, helper
@@ -107,7 +106,6 @@ def split_training_graph(training, forward_model, outputs, differentiable, x_nam
     forward_values = {o for n in forward_model.graph.node for o in n.output if o}
     fwd = [n for n in training.graph.node if next((o for o in n.output if o), None) in forward_values]
     bwd = [n for n in training.graph.node if next((o for o in n.output if o), None) not in forward_values]
-    produced_fwd = {o for n in fwd for o in n.output if o}
     graph_inputs = [i.name for i in training.graph.input]
     grad_inputs = [GRAD_OUTPUT.format(o) for o in differentiable]
     read_by_bwd = {i for n in bwd for i in n.input if i}
@@ -139,11 +137,8 @@ def typed_inputs(model, names, types):
 
 def ort_type(session_arg):
     """(elem_type, rank) of an ORT NodeArg, e.g. tensor(float) with shape [2, 3] -> (1, 2)."""
-    name = session_arg.type[len("tensor("):-1]
-    elem = {"float": TensorProto.FLOAT, "double": TensorProto.DOUBLE, "int64": TensorProto.INT64,
-            "int32": TensorProto.INT32, "bool": TensorProto.BOOL, "float16": TensorProto.FLOAT16,
-            "uint8": TensorProto.UINT8}[name]
-    return elem, len(session_arg.shape)
+    name = session_arg.type[len("tensor("):-1]  # float, int64, bfloat16...: TensorProto's names in lower case
+    return TensorProto.DataType.Value(name.upper()), len(session_arg.shape)
 
 
 def to_numpy(tensor):
