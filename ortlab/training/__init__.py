@@ -3,7 +3,7 @@
     MiniORTModule(module, gradient_builder="ort")   forward and backward in ORT (ort_module.py)
     SGD, Adam, AdamW, LAMB                          optimizers, one update rule each (optimizers.py)
     train(model, batches, optimizer, steps)         the loop, with a progress bar (loop.py)
-    ortmodule.run(...)                              the real ORTModule, its dumps and variables
+    ortmodule.train(module, batches, steps, ...)    the real ORTModule: variables, logs, dumps, profiles
 
 The pieces mirror orttraining/orttraining/python/training/ortmodule/ (ortmodule.py, _io.py,
 _graph_transition_manager.py, _training_manager.py) and ORT's optimizer kernels.
