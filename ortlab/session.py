@@ -64,15 +64,20 @@ def create(model, options=None, providers=None):
 
 
 @contextlib.contextmanager
-def captured_stderr_fd(sink):
-    """Send file descriptor 2 (where ORT's C++ logger writes) to `sink` for a while."""
-    saved = os.dup(2)
+def captured_fd(sink, fd):
+    """Send file descriptor `fd` to `sink` for a while: C++ code writes there, around Python's sys streams."""
+    saved = os.dup(fd)
     try:
-        os.dup2(sink.fileno(), 2)
+        os.dup2(sink.fileno(), fd)
         yield
     finally:
-        os.dup2(saved, 2)
+        os.dup2(saved, fd)
         os.close(saved)
+
+
+def captured_stderr_fd(sink):
+    """Send file descriptor 2 (where ORT's C++ logger writes) to `sink` for a while."""
+    return captured_fd(sink, 2)
 
 
 def initialization_log(model, severity=0, providers=None, **options):

@@ -8,7 +8,7 @@ import torch
 
 from ortlab import models
 from ortlab.labs.checks import call_learner, check, compare
-from ortlab.training import progression_batches
+from ortlab.training import progression_batches, train
 from ortlab.training import ortmodule as om
 
 VOCAB, TARGET, MAX_STEPS = 16, 0.5, 300
@@ -80,9 +80,8 @@ def check_reaches_target(train_e2e):
 
 def reference_torch_losses(steps, lr=0.05):
     """The PyTorch run that parity is measured against: SGD from tiny_gpt()'s initial weights."""
-    model, data = tiny_gpt(), task()
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    return [_reference_step(model, optimizer, data[s % len(data)]) for s in range(steps)]
+    model = tiny_gpt()
+    return train(model, task(), torch.optim.SGD(model.parameters(), lr=lr), steps, progress=False).losses
 
 
 def check_parity(parity_curves, steps=20):

@@ -89,7 +89,7 @@ class MiniORTModule(torch.nn.Module):
         if exported is None:
             return {}
         found = {"torch_exported": exported.exported, "post_processed": exported.processed}
-        training = next((m for k, m in self._managers.items() if k != "inference"), None)
+        training = self._training_manager()
         if training is not None:
             found.update(training=training.training, forward=training.split.forward,
                          backward=training.split.backward)
@@ -97,8 +97,12 @@ class MiniORTModule(torch.nn.Module):
 
     def stashed(self):
         """Names of the forward values kept for the backward (ORT's stashed activations)."""
-        training = next((m for k, m in self._managers.items() if k != "inference"), None)
+        training = self._training_manager()
         return list(training.split.stashed) if training else []
+
+    def _training_manager(self):
+        """The first TrainingManager built for the current export, or None."""
+        return next((m for k, m in self._managers.items() if k != "inference"), None)
 
     def save_graphs(self, folder, prefix="model"):
         """Write graphs() as <prefix>_<kind>.onnx (the names ORTModule's DebugOptions use, roughly)."""

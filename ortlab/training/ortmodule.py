@@ -11,7 +11,6 @@ import copy
 import logging
 import os
 import re
-import sys
 import tempfile
 import time
 import warnings
@@ -62,42 +61,51 @@ def clean_log_line(line):
 
 
 @contextlib.contextmanager
+def _logging_to(sink):
+    """Python logging into `sink`: the root logger's stream handlers, and a handler of our own on
+    ORTModule's logger (whatever the root logger is set up to do in this process)."""
+    handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
+    old_streams = [h.setStream(sink) for h in handlers]
+    own = logging.StreamHandler(sink)
+    own.setFormatter(logging.Formatter("%(name)s [%(levelname)s] - %(message)s"))
+    ort_logger = logging.getLogger("orttraining")
+    propagate, ort_logger.propagate = ort_logger.propagate, False
+    ort_logger.addHandler(own)
+    try:
+        yield
+    finally:
+        for handler, stream in zip(handlers, old_streams):
+            handler.setStream(stream)
+        ort_logger.removeHandler(own)
+        ort_logger.propagate = propagate
+
+
+@contextlib.contextmanager
 def captured_logs():
     """Collect what ORTModule says inside the block: Python logging, prints, C++ logs (fds 1, 2).
 
     Yields a list that holds the cleaned lines once the block ends.
     """
+    from ortlab.session import captured_fd
+
     lines = []
-    handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         # O_APPEND: Python's writes and the C++ core's writes to fds 1 and 2 all go to the end
-        sink = open(os.open(Path(tmp) / "log", os.O_RDWR | os.O_CREAT | os.O_APPEND), "a+", buffering=1)
-        old_streams = [h.setStream(sink) for h in handlers]
-        own = logging.StreamHandler(sink)  # ORTModule's logger, whatever the root logger is set up to do
-        own.setFormatter(logging.Formatter("%(name)s [%(levelname)s] - %(message)s"))
-        ort_logger, propagate = logging.getLogger("orttraining"), logging.getLogger("orttraining").propagate
-        ort_logger.addHandler(own)
-        ort_logger.propagate = False
-        saved_sys, saved_fds = (sys.stdout, sys.stderr), (os.dup(1), os.dup(2))
-        sys.stdout = sys.stderr = sink
-        os.dup2(sink.fileno(), 1)
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield lines
-        finally:
-            sink.flush()
-            os.dup2(saved_fds[0], 1)
-            os.dup2(saved_fds[1], 2)
-            for fd in saved_fds:
-                os.close(fd)
-            sys.stdout, sys.stderr = saved_sys
-            for handler, stream in zip(handlers, old_streams):
-                handler.setStream(stream)
-            ort_logger.removeHandler(own)
-            ort_logger.propagate = propagate
-            sink.seek(0)
-            lines.extend(clean_log_line(line) for line in sink if line.strip())
-            sink.close()
+        sink = stack.enter_context(open(os.open(Path(tmp) / "log", os.O_RDWR | os.O_CREAT | os.O_APPEND),
+                                        "a+", buffering=1))
+        stack.callback(lambda: lines.extend(clean_log_line(line) for line in _read_all(sink) if line.strip()))
+        stack.enter_context(_logging_to(sink))
+        stack.enter_context(contextlib.redirect_stdout(sink))
+        stack.enter_context(contextlib.redirect_stderr(sink))
+        stack.enter_context(captured_fd(sink, 1))
+        stack.enter_context(captured_fd(sink, 2))
+        yield lines
+
+
+def _read_all(sink):
+    sink.flush()
+    sink.seek(0)
+    return sink.readlines()
 
 
 @contextlib.contextmanager
