@@ -1,8 +1,11 @@
 """ortlab.viz: Netron served on loopback, stable displays, no leaked servers."""
 import threading
 import urllib.request
+from pathlib import Path
 
+import numpy as np
 import onnx
+import onnx.numpy_helper
 import pytest
 from onnx import TensorProto, helper
 
@@ -105,3 +108,80 @@ def test_plot_curves_draws_one_labelled_line_per_curve():
     assert [line.get_label() for line in lines] == ["ORT", "torch"]
     assert list(lines[1].get_ydata()) == [3, 2.5, 1.5]
     plt.close("all")
+
+
+def weighted_model(weight):
+    """MatMul by an initializer, then Relu: the same structure for any weight value."""
+    w = onnx.numpy_helper.from_array(np.full((2, 2), weight, np.float32), "W")
+    nodes = [helper.make_node("MatMul", ["X", "W"], ["H"], name="mm"),
+             helper.make_node("Relu", ["H"], ["Y"], name="act")]
+    graph = helper.make_graph(nodes, "weighted",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 2])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 2])], [w])
+    return helper.make_model(graph)
+
+
+def test_the_display_shows_the_graph_and_not_the_weights():
+    a, b = viz.show(weighted_model(1.0)), viz.show(weighted_model(2.0))
+    assert a.path != b.path  # two models served...
+    html_a, html_b = (v._repr_html_().replace(str(v.port), "PORT") for v in (a, b))
+    assert html_a == html_b and repr(a) == repr(b)  # ...that display the same
+    assert "model-" not in html_a and str(a.path) not in html_a
+    svg = html_a[html_a.index("<svg"):html_a.index("</svg>") + 6]
+    texts = [t.split(">", 1)[1] for t in svg.split("</text>")[:-1]]
+    texts = [t.rsplit(">", 1)[-1] for t in texts]
+    assert texts == ["X", "MatMul", "Relu", "Y"]  # inputs, nodes in order, outputs; no initializer
+    assert svg.count("<line") == 3  # X->MatMul->Relu->Y
+    assert '<iframe src="http://127.0.0.1:PORT/"' in html_a
+
+
+def test_the_static_picture_is_a_png_and_the_svg_is_deterministic():
+    from ortlab.viz import picture
+    view = viz.show(tiny_model())
+    png = view._repr_png_()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 500
+    assert picture.to_svg(tiny_model()) == picture.to_svg(tiny_model())
+
+
+def test_the_picture_layers_follow_the_edges():
+    from ortlab.viz import picture
+    model = weighted_model(1.0)
+    model.graph.node.append(helper.make_node("Relu", ["H"], ["Z"], name="side"))
+    model.graph.output.append(helper.make_tensor_value_info("Z", TensorProto.FLOAT, [1, 2]))
+    boxes, edges = picture.layout(model)
+    by_label = {}
+    for box in boxes:
+        by_label.setdefault(box.label, []).append(box)
+    relu_a, relu_b = by_label["Relu"]
+    assert relu_a.y == relu_b.y > by_label["MatMul"][0].y > by_label["X"][0].y  # siblings share a row
+    assert relu_a.x != relu_b.x
+    for a, b in edges:
+        assert boxes[a].y < boxes[b].y  # every edge points down
+
+
+@pytest.mark.parametrize("height, words", [("300", "must be an int"), (50, "out of range"),
+                                           ('500" onload="alert(1)', "must be an int"), (True, "must be an int")])
+def test_bad_heights_are_refused(height, words):
+    with pytest.raises(OrtlabError, match=words):
+        viz.show(tiny_model(), height=height)
+
+
+def test_a_file_that_is_not_onnx_is_refused(tmp_path):
+    path = tmp_path / "notes.onnx"
+    path.write_text("this is a text file, not a model\n" * 10)
+    with pytest.raises(OrtlabError, match="not an ONNX model"):
+        viz.show(path)
+    with pytest.raises(OrtlabError, match="not an ONNX model"):
+        viz.show(b"\xff\xfe garbage bytes")
+
+
+def test_the_model_cache_is_removed_at_exit(tmp_path):
+    import subprocess
+    import sys
+    code = ("from ortlab import viz; from tests.test_viz import tiny_model; "
+            "v = viz.show(tiny_model()); print(v.path.parent)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert out.returncode == 0, out.stderr
+    folder = Path(out.stdout.strip().splitlines()[-1])
+    assert folder.name.startswith("ortlab-netron-") and not folder.exists()
