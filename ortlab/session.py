@@ -55,12 +55,40 @@ def session_options(level="all", order="default", **options):
 
 def create(model, options=None, providers=None):
     """An InferenceSession for a ModelProto or path, with ORT's error turned into a SessionError."""
-    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    data = _model_source(model)
     try:
         return ort.InferenceSession(data, options or session_options(),
                                     providers=providers or default_providers())
     except Exception as exc:
         raise SessionError(f"onnxruntime could not load the model: {exc}".splitlines()[0]) from None
+
+
+def _model_source(model):
+    """What InferenceSession takes: serialized bytes, or a path checked first (the file and any
+    external-data file it refers to exist), so that a missing file is named plainly."""
+    if isinstance(model, onnx.ModelProto):
+        return model.SerializeToString()
+    if isinstance(model, bytes):
+        return model
+    if not isinstance(model, (str, Path)):
+        raise SessionError(f"a session needs an onnx.ModelProto, a path to a .onnx file or serialized "
+                           f"bytes, not {type(model).__name__}")
+    path = Path(model)
+    if not path.is_file():
+        raise SessionError(f"{path}: no such model file")
+    from ortlab.ir.graph import missing_external_data
+
+    try:
+        header = onnx.load(str(path), load_external_data=False)
+    except Exception:
+        return str(path)  # let ORT say what is wrong with the bytes
+    missing = missing_external_data(header, path.parent)
+    if missing:
+        tensor, file = missing[0]
+        raise SessionError(f"{path}: the data of initializer '{tensor}' is stored outside the model in "
+                           f"{file}, which does not exist; put that file next to the model or save the "
+                           "model again with its weights inside")
+    return str(path)
 
 
 @contextlib.contextmanager

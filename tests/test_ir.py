@@ -169,6 +169,74 @@ def test_load_errors_are_explained(tmp_path):
         Graph.load(tmp_path / "bad.onnx")
 
 
+def _ort_refuses(model):
+    with pytest.raises(Exception):
+        session.create(model, session.session_options("disable"), ["CPUExecutionProvider"])
+
+
+def _with_opset(model, version):
+    model.opset_import[0].version = version
+    return model
+
+
+# Graphs ORT's Graph::Resolve (or its model loader) refuses; ortlab's resolve() must refuse them too.
+@pytest.mark.parametrize("make, words", [
+    (lambda: model_of([helper.make_node("Add", ["A", "B"], ["Y"], name="add")],
+                      [vi("A", [2, 3]), vi("B", [4, 5])], [vi("Y", None)]),
+     r"node 'add' \(#0 Add\): type and shape inference fails.*Incompatible dimensions"),
+    (lambda: model_of([helper.make_node("Transpose", ["A"], ["Y"], name="t", perm=[0, 5])],
+                      [vi("A", [2, 3])], [vi("Y", None)]),
+     r"node 't' \(#0 Transpose\): type and shape inference fails.*Invalid attribute perm"),
+    (lambda: model_of([helper.make_node("Cast", ["A"], ["Y"], name="c")], [vi("A", [2, 3])], [vi("Y", None)]),
+     r"node 'c' \(#0 Cast\) does not match the schema of Cast.*Required attribute 'to' is missing"),
+    (lambda: model_of([helper.make_node("Relu", ["A"], ["Y"], name="r")],
+                      [vi("A", [2, 3]), vi("A", [2, 3])], [vi("Y", None)]),
+     r"graph input 'A' is declared more than once"),
+    (lambda: _with_opset(model_of([helper.make_node("Relu", ["A"], ["Y"], name="r")],
+                                  [vi("A", [2, 3])], [vi("Y", None)]), 999),
+     r"imports opset 999 of domain 'ai.onnx'.*supports up to opset 21"),
+    (lambda: model_of([helper.make_node("Add", ["A", "A", "A"], ["Y"], name="add3")],
+                      [vi("A", [2, 3])], [vi("Y", None)]),
+     r"node 'add3' \(#0 Add\) does not match the schema.*input size 3 not in range"),
+    (lambda: model_of([helper.make_node("Relu", ["A"], ["Y"], name="r", alpha=1.0)],
+                      [vi("A", [2, 3])], [vi("Y", None)]),
+     r"node 'r' \(#0 Relu\) does not match.*Unrecognized attribute: alpha"),
+    (lambda: model_of([helper.make_node("Add", ["A", "I"], ["Y"])],
+                      [vi("A", [2, 3]), vi("I", [2, 3], TensorProto.INT64)], [vi("Y", None)]),
+     r"node #0 Add \(no name\): type and shape inference fails.*inconsistent type tensor\(int64\)"),
+], ids=["add-shapes", "transpose-perm", "cast-without-to", "input-twice", "opset-999", "arity",
+        "unknown-attribute", "mixed-types"])
+def test_resolve_refuses_what_ort_refuses_and_names_the_node(make, words):
+    _ort_refuses(make())
+    with pytest.raises(OrtlabError, match=words):
+        Graph.from_model(make()).resolve()
+
+
+def test_resolve_keeps_accepting_what_ort_accepts():
+    """Contrib ops (unknown to onnx) pass, and a declared output shape that inference contradicts
+    is merged leniently, as ORT does (it warns and loads the model)."""
+    ok = [hand_built(),
+          model_of([helper.make_node("Relu", ["A"], ["Y"], name="r")], [vi("A", [2, 3])], [vi("Y", [5])]),
+          model_of([helper.make_node("Add", ["A", "B"], ["Y"], name="add")],
+                   [vi("A", ["n", 3]), vi("B", [1, 3])], [vi("Y", None)])]
+    for model in ok:
+        session.create(model, session.session_options("disable"), ["CPUExecutionProvider"])
+        Graph.from_model(model).resolve()
+
+
+def test_a_missing_external_data_file_is_named(tmp_path):
+    w = onnx.numpy_helper.from_array(np.ones((32, 32), np.float32), "W")
+    model = model_of([helper.make_node("MatMul", ["X", "W"], ["Y"])], [vi("X", [2, 32])], [vi("Y", None)], [w])
+    onnx.save(model, str(tmp_path / "m.onnx"), save_as_external_data=True, location="weights.bin",
+              size_threshold=0)
+    assert Graph.load(tmp_path / "m.onnx").initializer_value("W").shape == (32, 32)
+    (tmp_path / "weights.bin").unlink()
+    for load in (Graph.load, session.create):
+        with pytest.raises(OrtlabError, match=r"initializer 'W' is stored outside the model in .*weights\.bin, "
+                                              "which does not exist"):
+            load(tmp_path / "m.onnx")
+
+
 # --- execution orders, against ORT's own ------------------------------------------------------
 
 UNARY, BINARY = ("Relu", "Neg", "Abs", "Sigmoid"), ("Add", "Mul", "Sub")

@@ -6,6 +6,7 @@ RemoveNode) and the edge helpers of onnxruntime/core/optimizer/utils/graph_utils
 The maps change only through Graph methods, so they are always right.
 """
 import copy
+import re
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,12 @@ from ortlab.ir import topological_order as orders
 
 # Domains whose schemas live in ORT's C++ only; onnx.defs cannot check their ops.
 ORT_DOMAINS = ("com.microsoft", "com.microsoft.nchwc", "com.microsoft.internal.nhwc")
+
+# The highest opset per domain that onnxruntime 1.19.2 accepts (a model stamped higher fails to
+# load: onnxruntime/core/graph/model_load_utils.h, ValidateOpsetForDomain). onnx itself may know
+# newer ones (onnx 1.17 has opset 22), which ORT 1.19.2 still refuses.
+ORT_VERSION = "1.19.2"
+ORT_MAX_OPSET = {"": 21, "ai.onnx": 21, "com.microsoft": 1}
 
 
 class GraphError(OrtlabError):
@@ -268,14 +275,24 @@ class Graph:
     def resolve(self, infer_shapes=True):
         """Check the graph and infer types and shapes; returns the nodes in ORT's default order.
 
-        Like ORT's Graph::Resolve: every value has exactly one source, every op is known
-        for the model's opset, the graph is acyclic, then type and shape inference
-        (onnx.shape_inference) fills in the NodeArgs. Raises a GraphError subclass.
+        Like ORT's Graph::Resolve (onnxruntime/core/graph/graph.cc: VerifyNoDuplicateName,
+        BuildConnections, VerifyNodeAndOpMatch, InferAndVerifyTypeMatch) and the opset check ORT
+        makes on load (onnxruntime/core/graph/model_load_utils.h, ValidateOpsetForDomain): the
+        opset imports are ones ORT 1.19.2 supports, no graph input is declared twice, every value
+        has exactly one source, every op is known for the model's opset and each node has the
+        inputs, outputs and attributes its schema allows, the graph is acyclic, then type and
+        shape inference (onnx.shape_inference, strict, types checked) verifies and fills in the
+        NodeArgs. Raises a GraphError subclass naming the node. ORT's own com.microsoft ops
+        (schemas in C++ only) are checked by onnxruntime when a session loads the model.
+        infer_shapes=False skips the inference (and the checks it makes).
         """
+        self._check_opsets()
+        self._check_graph_inputs()
         for name, found in self._producers.items():
             if len(found) > 1:
                 raise DuplicateProducerError(self._duplicate_message(name, found))
         sources = set(self.inputs) | set(self.initializers) | set(self._producers)
+        ctx = None
         for node in self.nodes():
             for arg in node.inputs:
                 if arg.exists() and arg.name not in sources:
@@ -283,12 +300,15 @@ class Graph:
                         f"node {_label(node)} reads '{arg.name}', which no node produces and which "
                         "is neither a graph input nor an initializer; add a producer, make it a graph "
                         "input, or fix the name")
-            self._check_op(node)
+            if self._check_op(node):
+                ctx = ctx or self._checker_context()
+                self._check_node(node, ctx)
         for name in self.outputs:
             if name not in sources:
                 raise MissingInputError(f"graph output '{name}' is produced by no node")
         order = orders.reverse_dfs_order(self)
         if infer_shapes:
+            self._check_inference()
             self._infer_shapes()
         return order
 
@@ -296,7 +316,29 @@ class Graph:
         """Nodes in ORT's DEFAULT (reverse DFS) or PRIORITY_BASED (Kahn) order."""
         return orders.topological_order(self, kind)
 
+    def _check_opsets(self):
+        for domain, version in self.opset_imports.items():
+            if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+                raise UnknownOpError(f"the opset import of domain '{domain or 'ai.onnx'}' has version "
+                                     f"{version!r}; an opset version is a positive int")
+            highest = ORT_MAX_OPSET.get(domain or "")
+            if highest is not None and version > highest:
+                raise UnknownOpError(
+                    f"the model imports opset {version} of domain '{domain or 'ai.onnx'}', but ORT "
+                    f"{ORT_VERSION} supports up to opset {highest} there and refuses the model; "
+                    f"import opset {highest} or lower")
+
+    def _check_graph_inputs(self):
+        seen = set()
+        for name in self.inputs:
+            if name in seen:
+                raise GraphError(f"graph input '{name}' is declared more than once; ORT refuses the "
+                                 "model (\"Duplicate definition-site\"): keep one declaration")
+            seen.add(name)
+
     def _check_op(self, node):
+        """Check that the op exists; returns True when onnx.defs holds its schema (so its
+        arity, attributes and types can be checked too)."""
         domain = node.domain or ""
         version = self.opset_imports.get(domain)
         if version is None and domain == "ai.onnx":
@@ -305,9 +347,9 @@ class Graph:
             raise UnknownOpError(f"node {_label(node)} uses domain '{domain or 'ai.onnx'}', which the "
                                  f"model does not import; add opset_import('{domain}', <version>)")
         if domain in ORT_DOMAINS:
-            return  # ORT's C++ schemas: checked by onnxruntime when a session loads the model
+            return False  # ORT's C++ schemas: checked by onnxruntime when a session loads the model
         if any(f.name == node.op_type and f.domain == domain for f in self.model_fields.get("functions", [])):
-            return
+            return False
         try:
             onnx.defs.get_schema(node.op_type, version, domain)
         except onnx.defs.SchemaError:
@@ -317,6 +359,59 @@ class Graph:
                    "spelling, or register a schema (onnx.defs.register_schema) or a model function")
             raise UnknownOpError(f"node {_label(node)}: op '{node.op_type}' of domain "
                                  f"'{domain or 'ai.onnx'}' is not known at opset {version}: {why}") from None
+        return True
+
+    def _checker_context(self):
+        ctx = onnx.checker.C.CheckerContext()
+        ctx.ir_version = int(self.model_fields.get("ir_version") or 8)
+        imports = dict(self.opset_imports)
+        if "ai.onnx" in imports and "" not in imports:
+            imports[""] = imports["ai.onnx"]
+        ctx.opset_imports = imports
+        return ctx
+
+    def _check_node(self, node, ctx):
+        """The node against its schema: input and output counts, required, unknown and
+        mistyped attributes (onnx.checker.check_node, what ORT's VerifyNodeAndOpMatch does)."""
+        try:
+            onnx.checker.check_node(node.to_proto(), ctx)
+        except onnx.checker.ValidationError as exc:
+            reason = str(exc).strip().splitlines()[0]
+            raise GraphError(f"node {_label(node)} does not match the schema of {node.op_type} "
+                             f"(opset {ctx.opset_imports.get(node.domain or '', '?')}): {reason} "
+                             "Fix the node's inputs, outputs or attributes (see onnx.defs.get_schema("
+                             f"'{node.op_type}') for what it takes)") from None
+
+    def _check_inference(self):
+        """Strict type and shape inference, as ORT's InferAndVerifyTypeMatch: incompatible shapes,
+        bad attribute values and mismatched types fail, naming the node.
+
+        Declared shapes of non-input values are left out first: where ONNX's inference
+        disagrees with them, ORT warns and merges leniently (graph.cc, MergeShapeInfo)."""
+        model = self.to_model()
+        g = model.graph
+        by_outputs = {(n.op_type, tuple(n.output_names)): n for n in self.nodes()}
+        nodes = {}
+        for k, proto in enumerate(g.node):
+            proto.name = f"__ortlab_node_{k}"
+            nodes[proto.name] = by_outputs.get((proto.op_type, tuple(proto.output)))
+        for vi in list(g.output) + list(g.value_info):
+            if vi.type.HasField("tensor_type"):
+                vi.type.tensor_type.ClearField("shape")
+        try:
+            shape_inference.infer_shapes(model, strict_mode=True, check_type=True, data_prop=True)
+        except Exception as exc:
+            text = str(exc)
+            match = re.search(r"\(op_type:([^,]*), node name: (__ortlab_node_\d+)\): (.*)", text)
+            if match is None:
+                raise GraphError(f"type and shape inference failed: {text.strip().splitlines()[0]}") from None
+            node = nodes.get(match.group(2))
+            where = _label(node) if node is not None else f"a {match.group(1)} node"
+            reason = match.group(3).strip()
+            raise GraphError(f"node {where}: type and shape inference fails, so ORT refuses the "
+                             f"model: {reason}; check the shapes and types of its inputs "
+                             f"({', '.join(node.input_names) if node else '?'}) and its "
+                             "attributes") from None
 
     def _infer_shapes(self):
         try:
@@ -378,12 +473,55 @@ def constant_value(node):
 
 
 def load_model(path):
-    """onnx.load with an OrtlabError that says what went wrong."""
+    """onnx.load with an OrtlabError that says what went wrong (a missing file, a missing
+    external-data file, bytes that are not a model)."""
+    if not isinstance(path, (str, Path)):
+        raise GraphError(f"load_model() takes a path (str or pathlib.Path), not {type(path).__name__}")
     path = Path(path)
     if not path.is_file():
         raise GraphError(f"{path}: no such model file")
     try:
-        return onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:
         raise GraphError(f"{path} is not a readable ONNX model ({type(exc).__name__}); "
                          "is it a .onnx file?") from None
+    missing = missing_external_data(model, path.parent)
+    if missing:
+        tensor, file = missing[0]
+        more = f" (and {len(missing) - 1} more tensors)" if len(missing) > 1 else ""
+        raise GraphError(f"{path}: the data of initializer '{tensor}'{more} is stored outside the model "
+                         f"in {file}, which does not exist; put that file next to the model (external "
+                         "data paths are relative to the model's folder) or save the model again with "
+                         "its weights inside")
+    try:
+        onnx.load_external_data_for_model(model, str(path.parent))
+    except Exception as exc:
+        raise GraphError(f"{path}: its external data could not be read ({type(exc).__name__}: "
+                         f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})") from None
+    return model
+
+
+def missing_external_data(model, folder):
+    """[(tensor name, path)] of the external-data files a model refers to that do not exist
+    (initializers and Constant-like attributes, subgraphs included)."""
+    missing = []
+    for tensor in _tensors(model.graph):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            file = Path(folder) / location
+            if not location or not file.is_file():
+                missing.append((tensor.name, file))
+    return missing
+
+
+def _tensors(graph):
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _tensors(attr.g)
+            for sub in attr.graphs:
+                yield from _tensors(sub)
