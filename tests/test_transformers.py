@@ -308,3 +308,44 @@ def test_a_rule_returning_garbage_is_explained():
     manager.register(RuleBasedGraphTransformer("rules", [Sloppy()]))
     with pytest.raises(TransformerError, match="return a RuleEffect"):
         manager.optimize(ex.gelu())
+
+
+def _transposed_weight():
+    """Y = X @ Transpose(W): folding Transpose(W) into a constant cuts W off from its gradient."""
+    from onnx import helper, numpy_helper
+    w = numpy_helper.from_array(np.arange(9, dtype=np.float32).reshape(3, 3), "W")
+    graph = helper.make_graph([helper.make_node("Transpose", ["W"], ["Wt"], name="t", perm=[1, 0]),
+                               helper.make_node("MatMul", ["X", "Wt"], ["Y"], name="mm")], "g",
+                              [helper.make_tensor_value_info("X", 1, [2, 3])],
+                              [helper.make_tensor_value_info("Y", 1, None)], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_a_misspelt_keyword_is_refused_not_dropped():
+    model = _transposed_weight()
+    with pytest.raises(OrtlabError, match=r"unknown keyword 'excluded_initializer' \(did you mean "
+                                          r"'excluded_initializers'\?\)"):
+        optimize(model, providers=CPU, excluded_initializer=["W"])
+    with pytest.raises(OrtlabError, match=r"excluded_initializers names 'Wq', which is not an initializer"):
+        optimize(model, providers=CPU, excluded_initializers=["Wq"])
+    # the right keyword keeps W a variable; a single name is one name, not its letters
+    for excluded in (["W"], "W"):
+        kept = optimize(model, providers=CPU, excluded_initializers=excluded)
+        assert "W" in {t.name for t in kept.graph.initializer}
+        assert "W" in {i for n in kept.graph.node for i in n.input}
+
+
+@pytest.mark.parametrize("bad, words", [(None, "not NoneType"), (42, "not int")])
+def test_optimize_of_something_that_is_not_a_model_is_explained(bad, words):
+    with pytest.raises(OrtlabError, match=f"optimize\\(\\) takes an onnx.ModelProto or a path.*{words}"):
+        optimize(bad)
+
+
+def test_providers_given_as_one_name_or_misspelt():
+    model = _transposed_weight()
+    assert ex.op_counts(optimize(model, providers="CPUExecutionProvider")) == ex.op_counts(
+        optimize(model, providers=CPU))
+    with pytest.raises(OrtlabError, match="unknown execution provider 'CPUExecutionProvidr'.*did you mean"):
+        optimize(model, providers=["CPUExecutionProvidr"])

@@ -65,6 +65,8 @@ class GraphTransformer(_Explained):
     def __init__(self, excluded_initializers=()):
         self.reset_log()
         self.current = None
+        if isinstance(excluded_initializers, str):  # one name, not its letters
+            excluded_initializers = [excluded_initializers]
         self.excluded = set(excluded_initializers)
 
     def nodes(self, graph):

@@ -8,6 +8,7 @@ one that changed it; the loop ends with the first step in which nothing changed.
 application is recorded: which nodes it removed, added and fused, and why it declined others.
 """
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import onnx
 
@@ -52,9 +53,11 @@ class GraphTransformerManager:
         """
         registry._check_level(level)
         wanted = _check_names(names)
+        options = _check_options(options)
         if providers is None:
             from ortlab.env import providers as default_providers
             providers = default_providers()
+        providers = _check_providers(providers)
         manager = cls(steps)
         for lvl in range(1, level + 1):
             rules = [r() for lv, r in registry.RULES if lv == lvl and _named(wanted, r.__name__, lvl)]
@@ -115,6 +118,8 @@ class GraphTransformerManager:
         The graph is loaded as ORT loads it (Constant nodes become initializers) and
         resolved first, so a malformed model fails with a message naming the node.
         """
+        if level is not None:
+            registry._check_level(level)
         levels = [lv for lv in self.transformers if level is None or lv <= level]
         graph = Graph.from_model(_copy(model), constants_as_initializers=True)
         graph.resolve()
@@ -163,8 +168,17 @@ def optimize(model, level=2, names=None, providers=None, steps=10, **options):
 
     level: 1 basic, 2 extended, 3 layout (as ORT's GraphOptimizationLevel).
     names: only the named transformers or rules (see registry.known_names()).
+    providers: the EPs the model will run on (a list, or one name).
+    options: keywords the transformers take, e.g. excluded_initializers=[names] (initializers to
+    keep variable: never folded or shared). An unknown keyword raises (a typo would otherwise
+    be dropped silently), and so does an excluded name the model does not have.
     """
-    return GraphTransformerManager.from_registry(level, names, providers, steps, **options).optimize(model)
+    model = _copy(model)
+    manager = GraphTransformerManager.from_registry(level, names, providers, steps, **options)
+    excluded = options.get("excluded_initializers")
+    if excluded is not None:
+        _check_excluded(model, _as_names(excluded, "excluded_initializers"))
+    return manager.optimize(model)
 
 
 def _summary(fused):
@@ -178,6 +192,9 @@ def _summary(fused):
 
 def _copy(model):
     if not isinstance(model, onnx.ModelProto):
+        if not isinstance(model, (str, Path)):
+            raise OrtlabError(f"optimize() takes an onnx.ModelProto or a path to a .onnx file, not "
+                              f"{type(model).__name__}")
         from ortlab.ir import load_model
         return load_model(model)
     copy = onnx.ModelProto()
@@ -188,13 +205,80 @@ def _copy(model):
 def _check_names(names):
     if names is None:
         return None
-    if isinstance(names, str):
-        names = [names]
+    names = _as_names(names, "names")
     known = registry.known_names()
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise OrtlabError(f"no transformer or rule named {unknown}; registered: {', '.join(known)}")
+        raise OrtlabError(f"no transformer or rule named {unknown}{_close(unknown[0], known)}; "
+                          f"registered: {', '.join(known)}")
     return set(names)
+
+
+def _as_names(value, what):
+    """A list of names from a list/tuple/set of str or one str (one name, not its letters)."""
+    if isinstance(value, str):
+        return [value]
+    try:
+        names = list(value)
+    except TypeError:
+        raise OrtlabError(f"{what} must be a name or a list of names, not {type(value).__name__}") from None
+    bad = [n for n in names if not isinstance(n, str)]
+    if bad:
+        raise OrtlabError(f"{what} must hold names (str), got {bad[0]!r} ({type(bad[0]).__name__})")
+    return names
+
+
+def _close(name, candidates):
+    import difflib
+
+    match = difflib.get_close_matches(str(name), list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def option_names():
+    """The keywords the registered transformers' constructors take (what optimize() passes on)."""
+    import inspect
+
+    found = set()
+    for _, cls_, _ in registry.TRANSFORMERS:
+        for name, p in inspect.signature(cls_.__init__).parameters.items():
+            if name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                found.add(name)
+    return sorted(found)
+
+
+def _check_options(options):
+    known = option_names()
+    for key in options:
+        if key not in known:
+            raise OrtlabError(f"optimize() got an unknown keyword {key!r}{_close(key, known)}; the "
+                              f"transformers take {', '.join(known) or 'no options'} (and optimize() "
+                              "itself level, names, providers, steps)")
+    options = dict(options)
+    if "excluded_initializers" in options:
+        options["excluded_initializers"] = _as_names(options["excluded_initializers"], "excluded_initializers")
+    return options
+
+
+def _check_providers(providers):
+    from ortlab.env import quiet_import
+
+    providers = _as_names(providers, "providers")
+    known = quiet_import("onnxruntime").get_all_providers()
+    unknown = [p for p in providers if p not in known]
+    if unknown:
+        raise OrtlabError(f"unknown execution provider {unknown[0]!r}{_close(unknown[0], known)}; "
+                          "use ORT's names, e.g. 'CPUExecutionProvider', 'CUDAExecutionProvider'")
+    return providers
+
+
+def _check_excluded(model, excluded):
+    values = {t.name for t in model.graph.initializer} | {i.name for i in model.graph.input}
+    values |= {n.output[0] for n in model.graph.node if n.op_type == "Constant" and n.output}
+    missing = [n for n in excluded if n not in values]
+    if missing:
+        raise OrtlabError(f"excluded_initializers names {missing[0]!r}, which is not an initializer of "
+                          f"the model{_close(missing[0], values)}; excluding it would protect nothing")
 
 
 def _named(wanted, rule_name, level):
