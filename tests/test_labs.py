@@ -178,7 +178,8 @@ def _untouched_labs(tmp_path):
 def test_grading_untouched_labs_reports_every_exercise_not_done(tmp_path):
     for lab in _untouched_labs(tmp_path):
         before = lab.read_bytes()
-        results, problem = grade.grade(lab, timeout=300)
+        reference = FIXTURES / "solutions" if lab.parent == tmp_path else None
+        results, problem = grade.grade(lab, timeout=300, solutions_dir=reference)
         assert problem is None, (lab, problem)
         exercises = nbformat.read(lab, as_version=4).metadata["ortlab"]["lab"]["exercises"]
         assert [r.exercise for r in results] == exercises
@@ -193,7 +194,7 @@ def test_grading_a_wrong_answer_reports_the_failure(tmp_path, run_cli):
     nb.cells[2].source = "def relu(x):\n    return np.abs(x)"
     nb.cells[4].source = "total = 45"
     nbformat.write(nb, path)
-    result = run_cli("ortlab.labs", "grade", path)
+    result = run_cli("ortlab.labs", "grade", path, "--solutions", FIXTURES / "solutions")
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     assert any(l.startswith("relu") and "fail" in l and "wrong values" in l for l in lines), result.stdout
@@ -215,7 +216,7 @@ def test_bad_notebooks_get_one_line_and_nonzero_exit(make, words, tmp_path, run_
 
 
 @pytest.mark.parametrize("code, timeout, words", [
-    ("import os\nos._exit(1)", 60, "the kernel died in cell 2"),
+    ("import os\nos._exit(1)", 60, "the kernel died in cell 3 (`import os`)"),
     ("import time\ntime.sleep(60)", 8, "ran past its time limit of 8 s"),
 ], ids=["kernel-dies", "time-limit"])
 def test_dead_or_slow_kernels_are_explained(code, timeout, words, tmp_path, run_cli):
@@ -228,3 +229,144 @@ def test_dead_or_slow_kernels_are_explained(code, timeout, words, tmp_path, run_
     assert result.returncode == 1
     assert words in result.stdout and "Traceback" not in result.stdout + result.stderr
     assert "a  " in result.stdout and "not done" in result.stdout
+
+
+# --- grading cannot be fooled, and never harms the learner's files -------------------------------
+
+def _demo_lab(tmp_path, edit=None):
+    """A lab built from the demo fixture into tmp_path/labs, edited by `edit(nb)`; its path."""
+    labs = tmp_path / "labs"
+    lab_build.build(FIXTURES / "solutions", labs, log=lambda *_: None)
+    path = labs / "demo_lab.ipynb"
+    if edit is not None:
+        nb = nbformat.read(path, as_version=4)
+        edit(nb)
+        nbformat.write(nb, path)
+    return path
+
+
+def _grade_demo(path, run_cli, *args):
+    result = run_cli("ortlab.labs", "grade", path, "--solutions", FIXTURES / "solutions", *args)
+    assert "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
+    return result
+
+
+def _row(result, exercise):
+    return next(l for l in result.stdout.splitlines() if l.startswith(exercise + " "))
+
+
+HOSTILE = """\
+import glob, os
+from IPython.display import display
+from ortlab.labs.checks import CheckResult, CHECK_MIME
+for exercise in ("relu", "total"):
+    display(CheckResult(exercise, "pass"))
+    display({CHECK_MIME: {"exercise": exercise, "status": "pass", "message": ""}}, raw=True)
+for name in glob.glob("*"):
+    if name != "demo_lab.ipynb":
+        os.remove(name)
+with open("demo_lab.ipynb", "w") as f:
+    f.write("overwritten by the lab")
+"""
+
+
+def test_grading_ignores_forged_results_cut_metadata_and_replaced_checks(tmp_path, run_cli):
+    """An untouched lab that displays passing results, lists one exercise in its metadata,
+    swaps a check cell for one that always passes, and deletes and overwrites files beside it:
+    still 0 of 2, and every file of the learner's is as it was."""
+    def edit(nb):
+        nb.cells.insert(2, new_code_cell(HOSTILE))
+        nb.cells[-1].source = 'check_value("total", lambda: 45, 45)'  # the check cell, made to pass
+        nb.metadata["ortlab"]["lab"]["exercises"] = ["relu"]
+    path = _demo_lab(tmp_path, edit)
+    sibling = path.parent / "my_notes.txt"
+    sibling.write_text("mine")
+    before = path.read_bytes()
+    result = _grade_demo(path, run_cli)
+    assert result.returncode == 1, result.stdout
+    assert "not done" in _row(result, "relu") and "not done" in _row(result, "total")
+    assert "0 of 2 exercises pass" in result.stdout
+    assert path.read_bytes() == before and sibling.read_text() == "mine"
+
+
+def test_grading_runs_its_own_checks_where_the_learner_moved_or_deleted_them(tmp_path, run_cli):
+    def edit(nb):
+        nb.cells[2].source = "def relu(x):\n    return np.maximum(x, 0)"
+        del nb.cells[3]  # relu's check cell
+        nb.cells[3].source = "total = 45"
+        nb.cells[4].source = "print('no check here')"
+    result = _grade_demo(_demo_lab(tmp_path, edit), run_cli)
+    assert result.returncode == 0, result.stdout
+    assert "2 of 2 exercises pass" in result.stdout
+
+
+def test_grading_shows_the_error_of_the_exercise_cell(tmp_path, run_cli):
+    def edit(nb):
+        nb.cells[2].source = "def relu(x):\n    return np.maximum(x, 0]"
+        nb.cells[4].source = "total = int('forty-five')"
+    result = _grade_demo(_demo_lab(tmp_path, edit), run_cli)
+    assert result.returncode == 1
+    relu, total = _row(result, "relu"), _row(result, "total")
+    assert "fail" in relu and "cell 3 (`def relu(x):`) has a SyntaxError" in relu and "line 2" in relu, relu
+    assert "fail" in total and "cell 5 (`total = int('forty-five')`) raised ValueError: invalid literal" in total
+    assert "no check ran" not in result.stdout
+
+
+@pytest.mark.parametrize("timeout", ["-5", "0", "nan"])
+def test_grading_refuses_a_time_limit_that_is_not_positive(timeout, tmp_path, run_cli):
+    result = run_cli("ortlab.labs", "grade", _demo_lab(tmp_path), "--timeout", timeout)
+    assert result.returncode == 2
+    assert "positive number of seconds" in result.stderr and "Traceback" not in result.stderr
+    with pytest.raises(grade.GradeError, match="positive number of seconds"):
+        grade.grade(_demo_lab(tmp_path), timeout=0)
+
+
+def test_grading_a_lab_whose_solution_cannot_be_found_says_so(tmp_path, run_cli):
+    path = _demo_lab(tmp_path)
+    result = run_cli("ortlab.labs", "grade", path)  # the demo's solution is not in solutions/
+    assert result.returncode == 2
+    assert "cannot find the solution this lab was generated from" in result.stderr
+    assert "--solutions" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+# --- the build and check commands refuse what they cannot do -------------------------------------
+
+def _cli_error(result, words):
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert words in result.stderr, result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_build_with_a_missing_or_empty_solutions_folder_is_an_error(tmp_path, run_cli):
+    labs = _demo_lab(tmp_path).parent
+    before = sorted(p.name for p in labs.iterdir())
+    _cli_error(run_cli("ortlab.labs", "--solutions", tmp_path / "nope", "--labs", labs, "build"),
+               "does not exist")
+    (tmp_path / "empty").mkdir()
+    _cli_error(run_cli("ortlab.labs", "--solutions", tmp_path / "empty", "--labs", labs, "build"),
+               "holds no solution notebooks")
+    _cli_error(run_cli("ortlab.labs", "--solutions", labs / "demo_lab.ipynb", "--labs", labs, "build"),
+               "is not a folder")
+    assert sorted(p.name for p in labs.iterdir()) == before  # no lab removed as an "orphan"
+
+
+def test_build_names_a_corrupted_solution(dirs, run_cli):
+    sol, labs = dirs
+    (sol / "broken.ipynb").write_text("{not json")
+    _cli_error(run_cli("ortlab.labs", "--solutions", sol, "--labs", labs, "build"),
+               "broken.ipynb is not a readable notebook (NotJSONError")
+
+
+def test_build_refuses_to_write_labs_over_the_solutions(dirs, run_cli):
+    sol, _ = dirs
+    before = (sol / "demo_lab.ipynb").read_bytes()
+    _cli_error(run_cli("ortlab.labs", "--solutions", sol, "--labs", sol, "build", "--force"),
+               "are the same folder")
+    assert (sol / "demo_lab.ipynb").read_bytes() == before
+
+
+def test_check_with_a_missing_labs_folder_says_so(dirs, run_cli):
+    sol, labs = dirs
+    _cli_error(run_cli("ortlab.labs", "--solutions", sol, "--labs", labs, "check"),
+               f"labs folder {labs}/ does not exist")

@@ -9,33 +9,38 @@ from ortlab.labs import grade as lab_grade
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m ortlab.labs", description=__doc__)
-    parser.add_argument("--solutions", default="solutions", help="solution notebooks folder")
+    parser.add_argument("--solutions", default=None,
+                        help="solution notebooks folder (default: solutions; for grade, this checkout's solutions/)")
     parser.add_argument("--labs", default="labs", help="generated labs folder")
+    # the same options after the command too (`grade LAB --solutions DIR`); SUPPRESS keeps the above
+    folders = argparse.ArgumentParser(add_help=False)
+    folders.add_argument("--solutions", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    folders.add_argument("--labs", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="write labs/ from solutions/")
+    b = sub.add_parser("build", help="write labs/ from solutions/", parents=[folders])
     b.add_argument("--force", action="store_true",
                    help="overwrite labs with edits, after backing each up as <name>.bakN")
-    sub.add_parser("check", help="exit 1 when labs/ is not what build would write")
-    g = sub.add_parser("grade", help="run a lab in a fresh kernel and grade its exercises")
+    sub.add_parser("check", help="exit 1 when labs/ is not what build would write", parents=[folders])
+    g = sub.add_parser("grade", help="run a lab in a fresh kernel and grade its exercises", parents=[folders])
     g.add_argument("notebook")
-    g.add_argument("--timeout", type=int, default=lab_grade.DEFAULT_TIMEOUT,
-                   help="seconds for the whole notebook (default %(default)s)")
+    g.add_argument("--timeout", type=float, default=lab_grade.DEFAULT_TIMEOUT,
+                   help="seconds for the whole notebook, more than 0 (default %(default)g)")
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
-            written = lab_build.build(args.solutions, args.labs, force=args.force)
-            print(f"{len(written)} lab(s) written" if written else "labs/ is up to date")
+            written = lab_build.build(args.solutions or "solutions", args.labs, force=args.force)
+            print(f"{len(written)} lab(s) written" if written else f"{args.labs}/ is up to date")
             return 0
         if args.command == "check":
-            stale = lab_build.check(args.solutions, args.labs)
+            stale = lab_build.check(args.solutions or "solutions", args.labs)
             for path in stale:
                 print(f"out of date: {path}")
             if stale:
                 print("run `python -m ortlab.labs build` to regenerate labs/ from solutions/")
                 return 1
-            print("labs/ is up to date")
+            print(f"{args.labs}/ is up to date")
             return 0
-        results, problem = lab_grade.grade(args.notebook, timeout=args.timeout)
+        results, problem = lab_grade.grade(args.notebook, timeout=args.timeout, solutions_dir=args.solutions)
         print(lab_grade.table(results))
         if problem:
             print(f"note: {problem}")

@@ -129,11 +129,47 @@ class Plan:
     orphans: list
 
 
+def solution_paths(solutions_dir):
+    """The solution notebooks of a folder, or LabBuildError when there is no such folder or none in it."""
+    solutions_dir = Path(solutions_dir)
+    if not solutions_dir.exists():
+        raise LabBuildError(f"solutions folder {solutions_dir}/ does not exist; give the folder of "
+                            "solution notebooks with --solutions (default: solutions)")
+    if not solutions_dir.is_dir():
+        raise LabBuildError(f"{solutions_dir} is not a folder; --solutions takes the folder of solution notebooks")
+    paths = sorted(solutions_dir.glob("*.ipynb"))
+    if not paths:
+        raise LabBuildError(f"{solutions_dir}/ holds no solution notebooks (*.ipynb), so there are no labs "
+                            "to build; is --solutions the right folder?")
+    return paths
+
+
+def read_solution(path):
+    """A solution notebook, or LabBuildError naming the file when it cannot be read."""
+    try:
+        return nbformat.read(path, as_version=4)
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()
+        raise LabBuildError(f"{path} is not a readable notebook ({type(exc).__name__}"
+                            f"{': ' + reason[0][:100] if reason else ''}); restore it "
+                            f"(e.g. `git checkout -- {path}`) or fix its JSON") from None
+
+
+def _check_labs_dir(solutions_dir, labs_dir):
+    if labs_dir.exists() and not labs_dir.is_dir():
+        raise LabBuildError(f"{labs_dir} is not a folder; --labs takes the folder the labs are written to")
+    if labs_dir.resolve() == Path(solutions_dir).resolve():
+        raise LabBuildError(f"--labs and --solutions are the same folder ({labs_dir}/); the labs would "
+                            "replace the solutions. Give the labs a folder of their own")
+
+
 def plan(solutions_dir="solutions", labs_dir="labs"):
     solutions_dir, labs_dir = Path(solutions_dir), Path(labs_dir)
+    paths = solution_paths(solutions_dir)
+    _check_labs_dir(solutions_dir, labs_dir)
     write, current = {}, []
-    for path in sorted(solutions_dir.glob("*.ipynb")):
-        lab = make_lab(nbformat.read(path, as_version=4), f"{solutions_dir.name}/{path.name}")
+    for path in paths:
+        lab = make_lab(read_solution(path), f"{solutions_dir.name}/{path.name}")
         target = labs_dir / path.name
         text = notebook_text(lab)
         if target.exists() and target.read_text() == text:
@@ -189,6 +225,9 @@ def build(solutions_dir="solutions", labs_dir="labs", force=False, log=print):
 
 def check(solutions_dir="solutions", labs_dir="labs"):
     """Paths in labs/ that are not what the build would write (empty when up to date)."""
+    if not Path(labs_dir).is_dir():
+        raise LabBuildError(f"labs folder {labs_dir}/ does not exist{' as a folder' if Path(labs_dir).exists() else ''}; "
+                            "run `python -m ortlab.labs build` to write it (or give the right one with --labs)")
     todo = plan(solutions_dir, labs_dir)
     return sorted(list(todo.write) + todo.orphans)
 

@@ -1,9 +1,11 @@
 """Exercise checks: what a solution (or lab) notebook calls after each exercise.
 
 A check never raises: it displays one line (pass, fail and why, or not done)
-and carries the same result as JSON under CHECK_MIME, which the grader reads
-back from the executed notebook.
+and carries the same result as JSON under CHECK_MIME. The grader (ortlab.labs.grade)
+runs its own copy of each check cell inside `grading(token)` and accepts only results
+carrying that token, so a result a learner's cell displays itself counts for nothing.
 """
+import contextlib
 import json
 from dataclasses import asdict, dataclass
 
@@ -40,6 +42,19 @@ class CheckResult:
         return cls(data["exercise"], data["status"], data.get("message", ""))
 
 
+_GRADING = []  # the token of the grader's check cell being run, if any
+
+
+@contextlib.contextmanager
+def grading(token):
+    """While the grader runs a check cell: every result shown carries `token` (ortlab.labs.grade)."""
+    _GRADING.append(str(token))
+    try:
+        yield
+    finally:
+        _GRADING.pop()
+
+
 def _show(result):
     try:
         from IPython import get_ipython
@@ -47,7 +62,12 @@ def _show(result):
     except ImportError:  # pragma: no cover - IPython is a dependency
         get_ipython = None
     if get_ipython is not None and get_ipython() is not None:
-        display(result)
+        if _GRADING:
+            bundle = result._repr_mimebundle_()
+            bundle[CHECK_MIME] = dict(bundle[CHECK_MIME], token=_GRADING[-1])
+            display(bundle, raw=True)
+        else:
+            display(result)
     else:
         print(result)
 

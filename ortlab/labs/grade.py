@@ -1,22 +1,52 @@
-"""Grade a learner's lab: run a copy in a fresh kernel and tabulate the exercise checks.
+"""Grade a learner's lab: run it in a fresh kernel, in a scratch folder, with the grader's own checks.
 
-The learner's file is only read, never written.
+What decides pass or fail is not what the learner's notebook displays, nor its metadata:
+
+- the exercises are those of the *reference*: the solution the lab was generated from
+  (solutions/<name>.ipynb, found by the lab's file name or recorded solution), or, for a
+  solution notebook itself, its own '# BEGIN SOLUTION' markers;
+- each exercise's check cell is the reference's (the cell whose stored output is that
+  exercise's check, else the first code cell after the exercise mentioning a check). The
+  grader runs the learner's cells in order but puts its own copy of each check cell in place
+  of the learner's (or after the exercise's cell when the learner deleted it);
+- a result counts only when it comes out of a cell the grader ran, carrying a token that the
+  grader made up for that cell (checks.grading); a CheckResult a learner's cell displays is
+  ignored.
+
+The learner's notebook is copied into a temporary folder, which is the kernel's working folder,
+so a cell that writes, overwrites or deletes files beside the notebook touches only the copy.
+The learner's file is read once and never written.
 """
+import os
+import re
+import secrets
+import shutil
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
 from ortlab.errors import OrtlabError
-from ortlab.labs.build import exercises_in, stub_pattern
+from ortlab.labs.build import BEGIN, stub_pattern, strip_solution
 from ortlab.labs.checks import CHECK_MIME, CheckResult
 
 DEFAULT_TIMEOUT = 600
+REPO = Path(__file__).resolve().parents[2]  # the checkout holding ortlab/ and solutions/
+SOLUTIONS = REPO / "solutions"
 
 
 class GradeError(OrtlabError):
     """The notebook could not be graded (missing, not a notebook, not a lab, kernel trouble)."""
+
+
+def _read_notebook(path, role):
+    try:
+        return nbformat.read(path, as_version=4)
+    except Exception as exc:
+        raise GradeError(f"{path} is not a Jupyter notebook ({type(exc).__name__}); "
+                         f"give the .ipynb file of {role}") from None
 
 
 def load_lab(path):
@@ -26,16 +56,107 @@ def load_lab(path):
         raise GradeError(f"{path}: no such file")
     if path.is_dir():
         raise GradeError(f"{path} is a folder; give one lab notebook, e.g. labs/lab01_compose_onnx_model.ipynb")
-    try:
-        nb = nbformat.read(path, as_version=4)
-    except Exception as exc:
-        raise GradeError(f"{path} is not a Jupyter notebook ({type(exc).__name__}); "
-                         "give the .ipynb file of a lab") from None
-    if not exercises_in(nb):
+    nb = _read_notebook(path, "a lab")
+    recorded = nb.metadata.get("ortlab", {}).get("lab", {}) if isinstance(nb.metadata.get("ortlab"), dict) else {}
+    if not (isinstance(recorded, dict) and recorded.get("exercises")) and not _marker_ids(nb):
         raise GradeError(f"{path} is not an ortlab lab: it has no exercises "
                          "(labs are generated into labs/ by `python -m ortlab.labs build`)")
     return nb
 
+
+def _marker_ids(nb):
+    ids = []
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            for line in cell.source.splitlines():
+                match = BEGIN.match(line)
+                if match and match["id"] and match["id"] not in ids:
+                    ids.append(match["id"])
+    return ids
+
+
+def _key(cell, index):
+    """How a cell is matched between the reference and the learner's copy: its id (the build keeps ids)."""
+    return cell.get("id") or f"#{index}"
+
+
+# --- the reference: exercises and their check cells ------------------------------------------
+
+@dataclass
+class Exercise:
+    """One exercise of the reference: its id, the keys of its cells, and its check cell's code."""
+
+    id: str
+    cells: list = field(default_factory=list)  # keys of the cells holding its solution
+    check_key: str = None
+    check_source: str = ""
+
+
+def find_reference(path, nb, solutions_dir=None):
+    """(reference notebook, where it came from) for the notebook `nb` read from `path`."""
+    path = Path(path)
+    recorded = nb.metadata.get("ortlab", {}).get("lab", {}) if isinstance(nb.metadata.get("ortlab"), dict) else {}
+    names = [path.name]
+    if isinstance(recorded, dict) and isinstance(recorded.get("solution"), str):
+        names.append(Path(recorded["solution"]).name)  # a name only: never a path the lab chooses
+    folder = Path(solutions_dir) if solutions_dir is not None else SOLUTIONS
+    for name in dict.fromkeys(names):
+        candidate = folder / name
+        if candidate.is_file():
+            reference = _read_notebook(candidate, "the lab's solution")
+            if _marker_ids(reference):
+                return reference, str(candidate)
+    if _marker_ids(nb):  # a solution (or a notebook written like one) is its own reference
+        return nb, str(path)
+    raise GradeError(f"{path}: cannot find the solution this lab was generated from (looked for "
+                     f"{' and '.join(dict.fromkeys(names))} in {folder}/), so there is nothing to grade "
+                     "it against; keep the lab's file name, or pass --solutions <folder holding its solution>")
+
+
+def _check_cells(cell):
+    for output in cell.get("outputs", []):
+        data = output.get("data", {}) if isinstance(output, dict) else {}
+        if CHECK_MIME in data:
+            try:
+                yield CheckResult.from_json(data[CHECK_MIME]).exercise
+            except Exception:
+                continue
+
+
+def reference_exercises(reference, where="the reference"):
+    """The reference's exercises, in order, each with its cells and its check cell."""
+    exercises = {}
+    for index, cell in enumerate(reference.cells):
+        if cell.cell_type != "code":
+            continue
+        try:
+            _, ids = strip_solution(cell.source, f"{where}, cell {index + 1}")
+        except OrtlabError as exc:
+            raise GradeError(str(exc)) from None
+        for exercise in ids:
+            exercises.setdefault(exercise, Exercise(exercise)).cells.append(_key(cell, index))
+    if not exercises:
+        raise GradeError(f"{where} has no '# BEGIN SOLUTION <id>' markers, so there is nothing to grade")
+    code = [(index, cell) for index, cell in enumerate(reference.cells) if cell.cell_type == "code"]
+    for exercise in exercises.values():
+        for index, cell in code:  # the cell whose stored output is this exercise's check
+            if exercise.id in _check_cells(cell) and not BEGIN.search(cell.source):
+                exercise.check_key, exercise.check_source = _key(cell, index), cell.source
+                break
+        else:  # not executed: the first code cell after the exercise that calls a check
+            last = max(i for i, c in code if _key(c, i) in exercise.cells)
+            for index, cell in code:
+                if index > last and "check" in cell.source and not any(
+                        BEGIN.match(line) for line in cell.source.splitlines()):
+                    exercise.check_key, exercise.check_source = _key(cell, index), cell.source
+                    break
+            else:
+                raise GradeError(f"{where} has no check cell for exercise '{exercise.id}' (a code "
+                                 "cell after it calling one of ortlab.labs' checks)")
+    return list(exercises.values())
+
+
+# --- running ---------------------------------------------------------------------------------
 
 def _kernel_name(nb):
     from jupyter_client.kernelspec import KernelSpecManager
@@ -44,55 +165,197 @@ def _kernel_name(nb):
     return wanted if wanted in KernelSpecManager().find_kernel_specs() else "python3"
 
 
-def _check_results(cell):
-    for output in cell.get("outputs", []):
-        data = output.get("data", {})
-        if CHECK_MIME in data:
-            yield CheckResult.from_json(data[CHECK_MIME])
+GRADER_CELL = """\
+from ortlab.labs import checks as _ortlab_grader
+with _ortlab_grader.grading({token!r}):
+    exec(compile({source!r}, {label!r}, "exec"), get_ipython().user_ns)
+"""
 
 
-def execute(nb, cwd, timeout):
-    """Run every cell of `nb` in a fresh kernel (errors allowed); return a problem or None."""
+@dataclass
+class Step:
+    """One cell the grader runs: a learner's cell (index in their notebook) or a grader's check."""
+
+    cell: object
+    learner_index: int = None
+    exercises: tuple = ()
+    token: str = None
+
+
+def plan(nb, exercises):
+    """The cells to run, in order: the learner's, with the grader's checks in place of theirs."""
+    keys = [_key(cell, i) for i, cell in enumerate(nb.cells)]
+    by_check = {}
+    for exercise in exercises:
+        by_check.setdefault(exercise.check_key, []).append(exercise)
+    missing = [e for e in exercises if e.check_key not in keys]
+    steps, placed = [], set()
+
+    def grader_step(group):
+        token = secrets.token_hex(16)
+        ids = tuple(e.id for e in group)
+        label = f"<the grader's check of exercise {', '.join(repr(i) for i in ids)}>"
+        source = GRADER_CELL.format(token=token, source=group[0].check_source, label=label)
+        return Step(nbformat.v4.new_code_cell(source), exercises=ids, token=token)
+
+    for index, (cell, key) in enumerate(zip(nb.cells, keys)):
+        if key in by_check and key not in placed:
+            placed.add(key)
+            steps.append(grader_step(by_check[key]))
+            continue
+        if cell.cell_type == "code":
+            steps.append(Step(cell, learner_index=index))
+        for exercise in list(missing):  # its check cell is gone: check right after its last cell
+            if key in exercise.cells and key == max((k for k in keys if k in exercise.cells),
+                                                    key=keys.index):
+                steps.append(grader_step([exercise]))
+                missing.remove(exercise)
+    steps += [grader_step([e]) for e in missing]  # neither the check nor the exercise is left
+    return steps
+
+
+def _where(step, nb):
+    if step.learner_index is not None:
+        return f"in {_cell_name(nb, step.learner_index)}"
+    return f"while checking exercise {', '.join(repr(e) for e in step.exercises)}"
+
+
+def _cell_name(nb, index):
+    first = next((line.strip() for line in nb.cells[index].source.splitlines() if line.strip()), "")
+    return f"cell {index + 1} (`{first[:40]}{'...' if len(first) > 40 else ''}`)"
+
+
+def _kernel_env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def execute(steps, nb, scratch, timeout):
+    """Run the steps' cells in a fresh kernel whose working folder is `scratch`; a problem or None."""
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-    client = NotebookClient(nb, kernel_name=_kernel_name(nb), allow_errors=True,
-                            resources={"metadata": {"path": str(cwd)}})
+    run_nb = nbformat.v4.new_notebook(metadata=nb.metadata)
+    run_nb.cells = [step.cell for step in steps]
+    client = NotebookClient(run_nb, kernel_name=_kernel_name(nb), allow_errors=True,
+                            resources={"metadata": {"path": str(scratch)}})
     deadline = time.monotonic() + timeout
-    index = -1
+    step = None
     try:
         # The kernel's own stderr (shutdown noise after a time-out) goes to a scratch file.
-        with tempfile.TemporaryFile() as kernel_log, client.setup_kernel(stderr=kernel_log):
-            for index, cell in enumerate(nb.cells):
-                client.timeout = max(1, int(deadline - time.monotonic()))
-                client.execute_cell(cell, index)
+        with tempfile.TemporaryFile() as kernel_log, \
+                client.setup_kernel(stderr=kernel_log, env=_kernel_env(), cwd=str(scratch)):
+            for index, step in enumerate(steps):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise CellTimeoutError("time is up")
+                client.timeout = max(1, int(remaining))
+                client.execute_cell(step.cell, index)
     except CellTimeoutError:
-        return f"stopped in cell {index}: the lab ran past its time limit of {timeout} s"
+        return f"stopped {_where(step, nb)}: the lab ran past its time limit of {timeout:g} s"
     except DeadKernelError:
-        return f"the kernel died in cell {index} (a crash in native code, or out of memory?)"
+        return (f"the kernel died {_where(step, nb)} (a crash in native code, out of memory, or a "
+                "call to os._exit?)")
     except Exception as exc:  # kernel start-up and transport failures
         return f"could not run the notebook: {type(exc).__name__}: {exc}".splitlines()[0]
     return None
 
 
-def grade(path, timeout=DEFAULT_TIMEOUT):
-    """Grade a lab; return (results, problem). `problem` is None when the notebook ran through."""
-    nb = load_lab(path)
-    exercises = exercises_in(nb)
-    problem = execute(nb, Path(path).resolve().parent, timeout)
+def _errors(cell):
+    """(ename, first line of evalue) of the error a cell's run ended with, or None."""
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            value = (output.get("evalue") or "").strip().splitlines()
+            value = re.sub(r"\((?:[^()]*\.py|<[^>]*>), line (\d+)\)", r"(line \1)", value[0] if value else "")
+            return output.get("ename", "Error"), value
+    return None
+
+
+def _results(step):
+    """The CheckResults a grader's check cell produced, keyed by exercise (token checked)."""
     found = {}
-    for cell in nb.cells:
-        for result in _check_results(cell):
+    for output in step.cell.get("outputs", []):
+        data = output.get("data", {})
+        if CHECK_MIME not in data:
+            continue
+        raw = data[CHECK_MIME]
+        try:
+            raw = raw if isinstance(raw, dict) else __import__("json").loads(raw)
+            result = CheckResult.from_json(raw)
+        except Exception:
+            continue
+        if raw.get("token") == step.token and result.exercise in step.exercises \
+                and result.status in ("pass", "fail", "not done"):
             found[result.exercise] = result
-    sources = [c.source for c in nb.cells if c.cell_type == "code"]
+    return found
+
+
+STUB_ERROR = re.compile(r"exercise '[^']*' is not done yet")
+
+
+def _is_stub_error(error):
+    """True for the NotImplementedError of a lab's stub (of any exercise): 'not done', not an error."""
+    return error[0] == "NotImplementedError" and STUB_ERROR.search(error[1]) is not None
+
+
+def _check_timeout(timeout):
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0 \
+            or timeout == float("inf"):
+        raise GradeError(f"the time limit must be a positive number of seconds (e.g. --timeout 600), "
+                         f"not {timeout!r}")
+
+
+def grade(path, timeout=DEFAULT_TIMEOUT, solutions_dir=None):
+    """Grade a lab; return (results, problem). `problem` is None when the notebook ran through.
+
+    `solutions_dir` is where the lab's solution is looked up (default: this checkout's solutions/).
+    """
+    _check_timeout(timeout)
+    path = Path(path)
+    nb = load_lab(path)
+    reference, where = find_reference(path, nb, solutions_dir)
+    exercises = reference_exercises(reference, where)
+    steps = plan(nb, exercises)
+    with tempfile.TemporaryDirectory(prefix="ortlab-grade-") as scratch:
+        shutil.copyfile(path, Path(scratch) / path.name)  # the learner's file is only read
+        problem = execute(steps, nb, scratch, timeout)
+    found, check_errors = {}, {}
+    for step in steps:
+        if step.token is not None:
+            found.update(_results(step))
+            error = _errors(step.cell)
+            for exercise in step.exercises:
+                if error and exercise not in found:
+                    check_errors[exercise] = error
+    keys = [_key(cell, i) for i, cell in enumerate(nb.cells)]
+    learner_steps = {step.learner_index: step for step in steps if step.learner_index is not None}
     results = []
     for exercise in exercises:
-        stubbed = any(stub_pattern(exercise).search(s) for s in sources)
-        result = found.get(exercise)
-        if stubbed and (result is None or result.status != "pass"):
-            result = CheckResult(exercise, "not done", "the exercise's stub is still in place")
+        stub = stub_pattern(exercise.id)
+        mine = [i for i, k in enumerate(keys) if k in exercise.cells
+                or stub.search(nb.cells[i].source) or f"BEGIN SOLUTION {exercise.id}" in nb.cells[i].source]
+        stubbed = any(stub.search(nb.cells[i].source) for i in mine) or any(
+            stub.search(c.source) for c in nb.cells if c.cell_type == "code")
+        raised = [(i, e) for i in mine if i in learner_steps
+                  and (e := _errors(learner_steps[i].cell)) and not _is_stub_error(e)]
+        result = found.get(exercise.id)
+        if result is not None and result.status == "pass":
+            pass
+        elif raised:
+            i, (ename, value) = raised[0]
+            verb = "has a" if ename in ("SyntaxError", "IndentationError", "TabError") else "raised"
+            result = CheckResult(exercise.id, "fail", f"{_cell_name(nb, i)} {verb} {ename}: {value}; "
+                                 "fix that cell first")
+        elif stubbed:
+            result = CheckResult(exercise.id, "not done", "the exercise's stub is still in place")
+        elif result is None and exercise.id in check_errors:
+            ename, value = check_errors[exercise.id]
+            result = CheckResult(exercise.id, "fail", f"the check could not run: {ename}: {value}"
+                                 + (" (keep the names the lab gives your functions and classes)"
+                                    if ename == "NameError" else ""))
         elif result is None:
-            result = CheckResult(exercise, "not done", problem or "no check ran for this exercise")
+            result = CheckResult(exercise.id, "not done", problem or "the check did not run")
         results.append(result)
     return results, problem
 

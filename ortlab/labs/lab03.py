@@ -59,7 +59,8 @@ def torch_gradients(op, arrays, r):
     return [t.grad.numpy() for t in tensors]
 
 
-def _run(model, feeds, whose):
+def _run(model, feeds, whose, shown=None):
+    """Run a gradient graph; `shown` (e.g. 'MatMul(float32[2, 3, 4], float32[4, 5])') names the case."""
     from ortlab import session
 
     try:
@@ -67,7 +68,8 @@ def _run(model, feeds, whose):
             return session.run_model(model, feeds)
     except Exception as exc:
         reason = str(exc).splitlines()[0].split("] : ")[-1]
-        raise CheckFailed(f"ORT could not run {whose} gradient graph: {reason}. Check the inputs of the "
+        where = f"for {shown}, " if shown else ""
+        raise CheckFailed(f"{where}ORT could not run {whose} gradient graph: {reason}. Check the inputs of the "
                           "nodes you emit (shapes that do not fit usually mean a missing or wrong "
                           "transpose, or a gradient reduced over the wrong axes)") from None
 
@@ -116,7 +118,7 @@ def check_builder(op, builder, what="your builder"):
             raise CheckFailed(f"for {shown}: {exc}") from None
         except Exception as exc:
             raise CheckFailed(f"for {shown}, {what} raised {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
-        got = _run(grad_model, feeds, "your")
+        got = _run(grad_model, feeds, "your", shown)
         expected = torch_gradients(op, arrays, r)
         ones = torch_gradients(op, arrays, np.ones_like(r))
         for i, (name, e) in enumerate(zip(feeds, expected)):
@@ -131,7 +133,7 @@ def check_builder(op, builder, what="your builder"):
             if not result.passed:
                 return f"for {shown}, the numeric check fails: {result.max_error}"
         if spec.in_ort:
-            theirs = _run(ort_gradient_graph(model, list(feeds), "loss"), feeds, "ORT's")
+            theirs = _run(ort_gradient_graph(model, list(feeds), "loss"), feeds, "ORT's", shown)
             for i, name in enumerate(feeds):
                 reason = compare(got[f"{name}_grad"], theirs[f"{name}_grad"], 1e-4, 1e-5,
                                  f"the gradient of input {i}, next to ORT's")

@@ -4,14 +4,23 @@ kernel, and pass the OpTester against ORT's own GeluGrad.
 The checks launch the learner's kernel on shapes chosen to catch the usual mistakes: an exact
 multiple of the block, a 2-D input, lengths with a tail (the last program's block runs past the
 end), and a tail longer than one block. A failure names the shape and, for a tail, says so.
+
+Under Triton's interpreter (CPU) a load or store past the end of a tensor reads or corrupts the
+process's own memory (glibc then aborts: "double free or corruption"). `bounds_checked()` checks
+every address a load or store touches against the tensors handed to the launch, before the access,
+so such a kernel fails its check with a message instead of killing the kernel.
 """
+import contextlib
+
+import numpy as np
 import triton
 
+from ortlab.errors import OrtlabError
 from ortlab.kernels import get_kernel, op_test, register_kernel
 from ortlab.kernels.gelu import GeluGrad
-from ortlab.kernels.launch import launch
+from ortlab.kernels.launch import launch, to_device
 from ortlab.kernels.op_tester import OpTestFailure
-from ortlab.labs.checks import CheckFailed, check
+from ortlab.labs.checks import CheckFailed, check, describe
 
 MS = "com.microsoft"
 BLOCK = 256
@@ -35,6 +44,117 @@ def where_it_fails(shape):
     return ""
 
 
+class OutOfBounds(OrtlabError):
+    """A kernel under Triton's interpreter loaded or stored outside the tensors it was given."""
+
+
+class _Bounds:
+    """The tensors of the launch being interpreted, and what the launches were (grid, BLOCK)."""
+
+    def __init__(self):
+        self.ranges = []    # (name, first byte, end byte, element size) of each tensor argument
+        self.launches = []  # (grid, BLOCK or None) of each launch
+
+
+def _extent(tensor):
+    """(first byte, end byte) a tensor's elements occupy."""
+    start = tensor.data_ptr()
+    if tensor.numel() == 0:
+        return start, start
+    last = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    return start, start + (last + 1) * tensor.element_size()
+
+
+def _violation(bounds, addresses, item, verb):
+    """None when every address lies in one tensor argument; else OutOfBounds saying where it went."""
+    if addresses.size == 0 or not bounds.ranges:
+        return None
+    first = int(addresses[0])
+    home = next((r for r in bounds.ranges if r[1] <= first < r[2]), None)
+    if home is None:  # the block starts outside every tensor: blame the one just before it
+        before = [r for r in bounds.ranges if r[2] <= first]
+        home = max(before, key=lambda r: r[2]) if before else min(bounds.ranges, key=lambda r: r[1])
+    name, lo, hi, size = home
+    outside = addresses[(addresses < lo) | (addresses + item > hi)]
+    if outside.size == 0:
+        return None
+    n = (hi - lo) // size
+    index = (outside.astype(np.int64) - lo) // size
+    where = (f"elements {int(index.min())} to {int(index.max())}" if index.min() != index.max()
+             else f"element {int(index.min())}")
+    side = "past the end of" if index.min() >= n else "before the start of" if index.max() < 0 else "outside"
+    from triton.runtime.interpreter import interpreter_builder
+
+    program = getattr(interpreter_builder, "grid_idx", None)
+    program = f"; in program {program[0]}" if program else ""
+    return OutOfBounds(f"your kernel {verb} {side} the tensor {name} ({where}; it has {n}{program}): "
+                       "mask the tail (offsets < n) in every tl.load and tl.store")
+
+
+_ACTIVE = []
+
+
+@contextlib.contextmanager
+def bounds_checked():
+    """Within the block, Triton's interpreter checks each load and store against the bounds of
+    the launch's tensor arguments and raises OutOfBounds before touching memory outside them.
+    Yields a _Bounds whose .launches lists (grid, BLOCK) of each launch. No effect on a GPU."""
+    from triton.runtime import interpreter as ti
+
+    bounds = _Bounds()
+    if _ACTIVE:  # nested: the outer block is already checking
+        yield _ACTIVE[-1]
+        return
+    originals = (ti.GridExecutor._init_args_hst, ti.InterpreterBuilder.create_masked_load,
+                 ti.InterpreterBuilder.create_masked_store)
+    init_args, masked_load, masked_store = originals
+
+    def init_args_hst(self, args_dev, kwargs):
+        args_hst, kwargs_hst = init_args(self, args_dev, kwargs)
+        named = list(zip(self.arg_names, args_hst)) + list(kwargs_hst.items())
+        bounds.ranges = [(name, *_extent(t), t.element_size()) for name, t in named if hasattr(t, "data_ptr")]
+        grid = self.grid if isinstance(self.grid, tuple) else (self.grid,)
+        bounds.launches.append((tuple(grid), kwargs.get("BLOCK")))
+        return args_hst, kwargs_hst
+
+    def check(ptrs, mask, verb):
+        item = np.dtype(ti._get_np_dtype(ptrs.get_element_ty())).itemsize
+        addresses = np.asarray(ptrs.data)
+        active = np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)
+        problem = _violation(bounds, addresses[active].astype(np.uint64).astype(np.int64), item, verb)
+        if problem is not None:
+            raise problem
+
+    def load(self, ptrs, mask, other, *rest):
+        check(ptrs, mask, "read")
+        return masked_load(self, ptrs, mask, other, *rest)
+
+    def store(self, ptrs, value, mask, *rest):
+        check(ptrs, mask, "wrote")
+        return masked_store(self, ptrs, value, mask, *rest)
+
+    ti.GridExecutor._init_args_hst = init_args_hst
+    ti.InterpreterBuilder.create_masked_load = load
+    ti.InterpreterBuilder.create_masked_store = store
+    _ACTIVE.append(bounds)
+    try:
+        yield bounds
+    finally:
+        _ACTIVE.pop()
+        (ti.GridExecutor._init_args_hst, ti.InterpreterBuilder.create_masked_load,
+         ti.InterpreterBuilder.create_masked_store) = originals
+
+
+def out_of_bounds(error):
+    """The OutOfBounds a checked launch raised, if that is what `error` is (or wraps)."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OutOfBounds):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def kernel_class_for(kernel_fn):
     """A GeluGrad kernel class whose compute launches `kernel_fn` (the scaffold's signature)."""
     class LabGeluGrad(GeluGrad):
@@ -49,16 +169,20 @@ def kernel_class_for(kernel_fn):
 
 
 def op_test_shapes():
-    """op_test the registered GeluGrad on SHAPES; None, or why it failed."""
+    """op_test the registered GeluGrad on SHAPES (loads and stores bounds-checked); None, or why it failed."""
     for shape in SHAPES:
         try:
-            op_test("GeluGrad", inputs_for(shape), domain=MS)
+            with bounds_checked():
+                op_test("GeluGrad", inputs_for(shape), domain=MS)
         except NotImplementedError:
             raise
         except Exception as error:  # Triton's interpreter wraps what the kernel raised
             unfinished = unwrap_not_implemented(error)
             if unfinished is not None:
                 raise unfinished from None
+            outside = out_of_bounds(error)
+            if outside is not None:
+                return f"for shape {shape}: {outside}"
             if not isinstance(error, OpTestFailure):
                 raise
             failure = error
@@ -109,9 +233,51 @@ def check_registered():
                               "your class with @register_kernel(override=True)")
         if (cls.op_type, cls.domain) != ("GeluGrad", MS):
             raise CheckFailed(f"your class declares {cls.domain}::{cls.op_type}")
-        return op_test_shapes()
+        return compute_mistake(cls) or op_test_shapes()
 
     check("register", test)
+
+
+def compute_mistake(cls, shape=(1000,)):
+    """Run cls().compute once on a shape with a tail; None, or what is wrong with what it returns
+    or with the grid it launches."""
+    import torch
+
+    dy, x = (to_device(a) for a in inputs_for(shape))
+    n = x.numel()
+    try:
+        with bounds_checked() as bounds:
+            outputs = cls().compute(dy, x)
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        unfinished = unwrap_not_implemented(error)
+        if unfinished is not None:
+            raise unfinished from None
+        outside = out_of_bounds(error)
+        if outside is not None:
+            return f"for shape {shape}: {outside}"
+        raise CheckFailed(f"compute(dy, x) raised {type(error).__name__}: "
+                          f"{(str(error).strip().splitlines() or [''])[0][:160]}") from None
+    if isinstance(outputs, torch.Tensor):
+        return (f"compute returned a bare tensor ({describe(outputs)}); return a tuple of outputs, "
+                "one per declared output: `return (dx,)`")
+    if not isinstance(outputs, (tuple, list)) or len(outputs) != 1 or not isinstance(outputs[0], torch.Tensor):
+        return f"compute returned {describe(outputs)}; return a tuple holding one tensor: `return (dx,)`"
+    if not bounds.launches:
+        return "compute launched no kernel: call launch(gelu_grad_kernel, grid, dy, x, dx, n, BLOCK=BLOCK)"
+    covered = 0
+    for grid, block in bounds.launches:
+        programs = 1
+        for g in grid:
+            programs *= int(g)
+        covered = max(covered, programs * int(block or BLOCK))
+    if covered < n:
+        programs, block = covered // int(bounds.launches[-1][1] or BLOCK), bounds.launches[-1][1] or BLOCK
+        return (f"for shape {shape}: the grid is too small: {programs} program(s) of BLOCK={block} cover "
+                f"{covered} of the {n} elements, so the tail is never computed; launch "
+                f"triton.cdiv(n, BLOCK) = {triton.cdiv(n, block)} programs")
+    return None
 
 
 def restore_builtin():
@@ -125,7 +291,8 @@ def op_test_report(shape):
     from ortlab.viz import Table
 
     try:
-        return Table.from_dicts(op_test("GeluGrad", inputs_for(shape), domain=MS).summary())
+        with bounds_checked():
+            return Table.from_dicts(op_test("GeluGrad", inputs_for(shape), domain=MS).summary())
     except Exception as error:
-        unfinished = unwrap_not_implemented(error)
-        return f"not run: {unfinished if unfinished is not None else str(error).splitlines()[0]}"
+        found = unwrap_not_implemented(error) or out_of_bounds(error)
+        return f"not run: {found if found is not None else str(error).splitlines()[0]}"
