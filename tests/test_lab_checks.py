@@ -204,7 +204,8 @@ def matmul(b, wrong=None):
     ("prelu", softplus, "returned nothing for input 1"),
     ("matmul", matmul, "[PASS]"),
     ("matmul", lambda b: matmul(b, "swapped"), "transposed the wrong way"),
-    ("matmul", lambda b: matmul(b, "no-transpose"), "ORT could not run your gradient graph"),
+    ("matmul", lambda b: matmul(b, "no-transpose"),
+     "for MatMul(float32[3, 4], float32[4, 5]), ORT could not run your gradient graph"),
     ("matmul", lambda b: 1 / 0, "raised ZeroDivisionError"),
 ])
 def test_lab03_builders(exercise, builder, words, capsys):
@@ -350,6 +351,25 @@ def _lab05_kernels():
         tl.store(dx_ptr + offsets, dy * (cdf + x * pdf), mask=offsets < (n // BLOCK) * BLOCK)
 
     @triton.jit
+    def no_mask(dy_ptr, x_ptr, dx_ptr, n, BLOCK: tl.constexpr):  # reads and writes past the end
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        dy, x = tl.load(dy_ptr + offsets), tl.load(x_ptr + offsets)
+        cdf = 0.5 * (1.0 + tl.math.erf(x * 0.7071067811865476))
+        pdf = tl.exp(-0.5 * x * x) * 0.3989422804014327
+        tl.store(dx_ptr + offsets, dy * (cdf + x * pdf))
+
+    @triton.jit
+    def unmasked_store(dy_ptr, x_ptr, dx_ptr, n, BLOCK: tl.constexpr):  # writes past the end
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        dy, x = tl.load(dy_ptr + offsets, mask=mask), tl.load(x_ptr + offsets, mask=mask)
+        cdf = 0.5 * (1.0 + tl.math.erf(x * 0.7071067811865476))
+        pdf = tl.exp(-0.5 * x * x) * 0.3989422804014327
+        tl.store(dx_ptr + offsets, dy * (cdf + x * pdf))
+
+    _lab05_kernels.out_of_bounds = (no_mask, unmasked_store)
+
+    @triton.jit
     def stub(dy_ptr, x_ptr, dx_ptr, n, BLOCK: tl.constexpr):
         offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         raise NotImplementedError("exercise 'gelu_grad' is not done yet: replace this line")
@@ -386,3 +406,78 @@ def test_lab05_register_check(capsys):
         assert "tail" in verdict(capsys, lab05.check_registered)
     finally:
         lab05.restore_builtin()
+
+
+def test_lab05_a_kernel_without_the_tail_mask_is_reported_not_fatal(capsys):
+    """Under the interpreter an unmasked tail reads and writes the process's own memory (glibc then
+    aborts with 'double free or corruption'); the checks stop it before the access and say why."""
+    from ortlab.kernels import register_kernel
+    from ortlab.labs import lab05
+
+    _lab05_kernels()
+    no_mask, unmasked_store = _lab05_kernels.out_of_bounds
+    read = verdict(capsys, lambda: lab05.check_gelu_grad(no_mask))
+    assert "[FAIL]" in read and "for shape (3, 64)" in read
+    assert "read past the end of the tensor dy_ptr (elements 192 to 255; it has 192" in read
+    assert "mask the tail (offsets < n)" in read
+    wrote = verdict(capsys, lambda: lab05.check_gelu_grad(unmasked_store))
+    assert "wrote past the end of the tensor dx_ptr" in wrote and "mask the tail" in wrote
+    try:
+        register_kernel(lab05.kernel_class_for(no_mask), override=True)
+        assert "read past the end" in verdict(capsys, lab05.check_registered)
+        assert "not run: your kernel read past the end" in lab05.op_test_report((1000,))
+    finally:
+        lab05.restore_builtin()
+
+
+def test_lab05_bounds_checking_lets_a_masked_kernel_through_and_undoes_itself():
+    import torch
+    from triton.runtime import interpreter
+    from ortlab.kernels.launch import launch
+    from ortlab.labs import lab05
+
+    good = _lab05_kernels()[0]
+    before = interpreter.InterpreterBuilder.create_masked_store
+    x = torch.randn(1000)
+    dx = torch.empty_like(x)
+    with lab05.bounds_checked() as bounds:
+        launch(good, 4, x, x, dx, 1000, BLOCK=256)
+    assert bounds.launches == [((4,), 256)]
+    assert interpreter.InterpreterBuilder.create_masked_store is before
+
+
+def _compute_class(body):
+    import torch
+    import triton
+    from ortlab.kernels.gelu import GeluGrad
+    from ortlab.kernels.launch import launch
+
+    good = _lab05_kernels()[0]
+
+    class Learners(GeluGrad):
+        def compute(self, dy, x):
+            dx = torch.empty_like(x)
+            grid = x.numel() // 256 if body == "small grid" else triton.cdiv(x.numel(), 256)
+            launch(good, grid, dy, x, dx, x.numel(), BLOCK=256)
+            return {"bare tensor": dx, "list of two": [dx, dx], "none": None}.get(body, (dx,))
+    return Learners
+
+
+@pytest.mark.parametrize("body, words", [
+    ("bare tensor", "compute returned a bare tensor (float32[1000]); return a tuple of outputs"),
+    ("list of two", "return a tuple holding one tensor: `return (dx,)`"),
+    ("none", "compute returned None"),
+    ("small grid", "the grid is too small: 3 program(s) of BLOCK=256 cover 768 of the 1000 elements"),
+    ("right", "[PASS]"),
+])
+def test_lab05_register_names_a_bare_tensor_and_a_short_grid(body, words, capsys):
+    from ortlab.kernels import register_kernel
+    from ortlab.labs import lab05
+
+    try:
+        register_kernel(_compute_class(body), override=True)
+        out = verdict(capsys, lab05.check_registered)
+    finally:
+        lab05.restore_builtin()
+    assert words in out, out
+    assert "mask" not in out or body == "right"  # not blamed on the masks
