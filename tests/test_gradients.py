@@ -173,3 +173,67 @@ def test_custom_stop_gradient_edges_cut_the_path():
                   [helper.make_tensor_value_info("loss", F, [])])
     with pytest.raises(GradientGraphError, match="x 'w' does not affect"):
         build_gradient_graph(model, ["x", "w"], "loss", stop_gradient_edges={"Mul": {1}})
+
+
+def _mul_model():
+    nodes = [helper.make_node("Mul", ["x", "w"], ["y"], name="mul"),
+             helper.make_node("ReduceSum", ["y"], ["loss"], keepdims=0, name="sum")]
+    return small(nodes, [VX, helper.make_tensor_value_info("w", F, [2, 3])],
+                 [helper.make_tensor_value_info("loss", F, [])])
+
+
+@pytest.mark.parametrize("edges, words", [
+    ({"Mull": {1}}, r"names op type 'Mull', but no node of the graph has that op type \(did you mean 'Mul'\?\)"),
+    ({"Mul": {2}}, r"stop_gradient_edges\['Mul'\] holds 2, which is not an input index of Mul \(it takes "
+                   r"inputs 0 to 1\)"),
+    ({"Mul": {-1}}, r"holds -1, which is not an input index"),
+    ({"Mul": {"1"}}, r"holds '1', which is not an input index"),
+    ("Mul", r"stop_gradient_edges must be a dict \{op type: input indices\}.*got str 'Mul'"),
+    ({"Mul": None}, r"stop_gradient_edges\['Mul'\] must be an input index or a set of them, not NoneType"),
+], ids=["unknown-op", "index-out-of-range", "negative-index", "str-index", "str-not-mapping", "none-indices"])
+def test_bad_stop_gradient_edges_are_refused(edges, words):
+    with pytest.raises(GradientGraphError, match=words):
+        build_gradient_graph(_mul_model(), ["x", "w"], "loss", stop_gradient_edges=edges)
+
+
+def test_one_stop_gradient_index_may_be_given_as_an_int():
+    with pytest.raises(GradientGraphError, match="x 'w' does not affect"):
+        build_gradient_graph(_mul_model(), ["x", "w"], "loss", stop_gradient_edges={"Mul": 1})
+
+
+@pytest.mark.parametrize("build", [build_gradient_graph, ort_gradient_graph])
+def test_one_x_name_given_as_a_str_is_one_name_in_both_builders(build):
+    model = _mul_model()
+    one = build(model, "w", "loss")
+    assert [o.name for o in one.graph.output][-1] == "w_grad"
+    x, w = np.arange(6, dtype=np.float32).reshape(2, 3), np.full((2, 3), 2.0, np.float32)
+    got = dict(zip([o.name for o in one.graph.output], ortcheck.run(one, {"x": x, "w": w})))
+    np.testing.assert_allclose(got["w_grad"], x)
+    # a str that is not a value is named whole, not split into letters that happen to be values
+    with pytest.raises(OrtlabError, match="x 'xw' is not a value of the graph"):
+        build(model, "xw", "loss")
+
+
+@pytest.mark.parametrize("build", [build_gradient_graph, ort_gradient_graph])
+@pytest.mark.parametrize("x_names, loss, words", [
+    (None, "loss", "x_names must be a name or a list of names.*not NoneType"),
+    (42, "loss", "x_names must be a name or a list of names.*not int"),
+    ([], "loss", "no x given"),
+    (["x", 3], "loss", "x_names must hold value names.*got 3"),
+    (["x", "x"], "loss", "x_names names 'x' more than once"),
+    (["x"], None, "loss_name must be the name.*not None"),
+    (["x"], "nope", "the loss 'nope' is not produced by any node"),
+])
+def test_bad_x_names_and_loss_are_explained_the_same_by_both_builders(build, x_names, loss, words):
+    with pytest.raises(OrtlabError, match=words):
+        build(_mul_model(), x_names, loss)
+
+
+def test_check_gradient_takes_one_x_as_a_str_and_explains_bad_feeds():
+    from ortlab.gradients.checker import GradientCheckError
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    w = np.full((2, 3), 2.0, np.float32)
+    result = check_gradient(_mul_model(), "w", "loss", {"x": x, "w": w})
+    assert list(result.max_error) == ["w"] and result.passed
+    with pytest.raises(GradientCheckError, match="feeds must be a dict"):
+        check_gradient(_mul_model(), ["w"], "loss", [x, w])

@@ -42,6 +42,22 @@ def _session(model):
     return session.create(model, session.session_options("disable"), ["CPUExecutionProvider"])
 
 
+def _check_arguments(model, x_names, loss_name, feeds):
+    from collections.abc import Mapping
+
+    import onnx
+
+    from ortlab.gradients.graph_builder import check_loss_name, check_x_names
+
+    if not isinstance(model, onnx.ModelProto):
+        raise GradientCheckError(f"the model must be an onnx.ModelProto, not {type(model).__name__}")
+    x_names = check_x_names(x_names, GradientCheckError)
+    check_loss_name(loss_name, GradientCheckError)
+    if not isinstance(feeds, Mapping):
+        raise GradientCheckError(f"feeds must be a dict {{graph input name: array}}, not {type(feeds).__name__}")
+    return x_names, dict(feeds)
+
+
 def _values(graph, feeds, x_names):
     values = {}
     for x in x_names:
@@ -55,7 +71,10 @@ def _values(graph, feeds, x_names):
 
 
 def numeric_gradient(model, x_names, loss_name, feeds, delta=DELTA, max_elements=2000):
-    """Central differences of the loss w.r.t. each x, perturbing one element at a time."""
+    """Central differences of the loss w.r.t. each x, perturbing one element at a time.
+
+    x_names: a list of names, or one name as a str; feeds: {graph input name: array}."""
+    x_names, feeds = _check_arguments(model, x_names, loss_name, feeds)
     graph = Graph.from_model(model)
     values = _values(graph, feeds, x_names)
     graph.inputs += [x for x in x_names if x not in graph.inputs]  # initializers become overridable
@@ -89,6 +108,7 @@ def check_gradient(model, x_names, loss_name, feeds, gradient_model=None, delta=
     from ortlab.gradients.graph_builder import build_gradient_graph
     from ortlab.session import run_model
 
+    x_names, feeds = _check_arguments(model, x_names, loss_name, feeds)
     gradient_model = gradient_model or build_gradient_graph(model, x_names, loss_name)
     analytic = run_model(gradient_model, dict(feeds))
     numeric = numeric_gradient(model, x_names, loss_name, feeds, delta)

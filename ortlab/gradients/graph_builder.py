@@ -7,6 +7,7 @@ Mirrors orttraining/orttraining/core/framework/gradient_graph_builder.h/.cc:
 - contributions to one value from several consumers added by a Sum node (AccumulateGrad_<name>).
 """
 from collections import deque
+from collections.abc import Mapping
 
 import numpy as np
 import onnx
@@ -28,10 +29,13 @@ class GradientGraphBuilder:
     """Builds forward + backward graph; `build()` returns the onnx.ModelProto."""
 
     def __init__(self, model, x_names, loss_name, stop_gradient_edges=None):
+        x_names, loss_name = check_x_names(x_names), check_loss_name(loss_name)
+        if not isinstance(model, onnx.ModelProto):
+            raise GradientGraphError(f"the model must be an onnx.ModelProto, not {type(model).__name__}")
         self.graph = Graph.from_model(model)
         self.graph.resolve()
-        self.x_names, self.loss = list(x_names), loss_name
-        self.extra_stops = stop_gradient_edges or {}
+        self.x_names, self.loss = x_names, loss_name
+        self.extra_stops = check_stop_gradient_edges(self.graph, stop_gradient_edges)
         self._used = {a.name for a in self.graph.node_args()}
         self._check_inputs()
         self._used.update(f"{x}_grad" for x in self.x_names)  # reserved for the outputs
@@ -193,6 +197,82 @@ class GradientGraphBuilder:
         return self.graph.to_model()
 
 
+def check_x_names(x_names, error=GradientGraphError):
+    """The x's as a list of names: a list (tuple, set...) of str, or one str as one name
+    (not its letters). The same rule for every function of ortlab.gradients."""
+    if isinstance(x_names, str):
+        x_names = [x_names]
+    elif x_names is None or not hasattr(x_names, "__iter__") or isinstance(x_names, (bytes, dict)):
+        raise error(f"x_names must be a name or a list of names (the inputs or initializers to "
+                    f"differentiate), not {type(x_names).__name__}")
+    names = list(x_names)
+    for x in names:
+        if not isinstance(x, str) or not x:
+            raise error(f"x_names must hold value names (non-empty str), got {x!r}")
+    if not names:
+        raise error("no x given: name the inputs or initializers to differentiate")
+    twice = sorted({x for x in names if names.count(x) > 1})
+    if twice:
+        raise error(f"x_names names {twice[0]!r} more than once; name each x once")
+    return names
+
+
+def check_loss_name(loss_name, error=GradientGraphError):
+    if not isinstance(loss_name, str) or not loss_name:
+        raise error(f"loss_name must be the name (a non-empty str) of the scalar value to "
+                    f"differentiate, not {loss_name!r}")
+    return loss_name
+
+
+def check_stop_gradient_edges(graph, edges):
+    """{op_type: set of input indices} from what a user passed, checked against the graph:
+    a mapping of op type (str) to an index or a collection of indices; every op type must be one
+    the graph has and every index must be an input position the op can have (as ORT's
+    register_custom_stop_gradient_edges takes {op_type: {indices}})."""
+    if edges is None:
+        return {}
+    example = "e.g. stop_gradient_edges={'Mul': {1}}"
+    if not isinstance(edges, Mapping):
+        raise GradientGraphError(f"stop_gradient_edges must be a dict {{op type: input indices}}, {example}; "
+                                 f"got {type(edges).__name__} {edges!r}"[:300])
+    present = {}
+    for node in graph.nodes():
+        present.setdefault(node.op_type, []).append(node)
+    checked = {}
+    for op_type, indices in edges.items():
+        if not isinstance(op_type, str):
+            raise GradientGraphError(f"stop_gradient_edges keys are op types (str), got {op_type!r}; {example}")
+        if op_type not in present:
+            import difflib
+            close = difflib.get_close_matches(op_type, list(present), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise GradientGraphError(f"stop_gradient_edges names op type {op_type!r}, but no node of the "
+                                     f"graph has that op type{hint}; op types present: "
+                                     f"{', '.join(sorted(present))}")
+        if isinstance(indices, int) and not isinstance(indices, bool):
+            indices = {indices}
+        try:
+            indices = set(indices)
+        except TypeError:
+            raise GradientGraphError(f"stop_gradient_edges[{op_type!r}] must be an input index or a set of "
+                                     f"them, not {type(indices).__name__}; {example}") from None
+        limit = _max_inputs(present[op_type])
+        for i in sorted(indices, key=repr):
+            if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < limit:
+                raise GradientGraphError(
+                    f"stop_gradient_edges[{op_type!r}] holds {i!r}, which is not an input index of "
+                    f"{op_type} (it takes inputs 0 to {limit - 1}); indices count from 0")
+        checked[op_type] = indices
+    return checked
+
+
+def _max_inputs(nodes):
+    """How many inputs an op can take: its schema's maximum, else the most any node of it has."""
+    most = max(len(n.inputs) for n in nodes)
+    schema = nodes[0].schema
+    return max(most, schema.max_input) if schema is not None else most
+
+
 def _gradient_names(node, required, grads):
     """A builder's result, checked: a gradient name (str) for every input that needs one."""
     what = f"the {node.op_type} builder (node {node.name or node.index})"
@@ -222,7 +302,8 @@ def _live(nodes, wanted):
 def build_gradient_graph(model, x_names, loss_name, stop_gradient_edges=None):
     """A model computing `loss_name` and `<x>_grad` for every x, runnable in ORT's training build.
 
+    x_names: the values to differentiate (a list of names, or one name as a str).
     stop_gradient_edges: {op_type: {input indices}} added to ORT's table of edges that never
-    carry a gradient.
+    carry a gradient (an op type the graph lacks, or an index the op cannot have, raises).
     """
     return GradientGraphBuilder(model, x_names, loss_name, stop_gradient_edges).build()

@@ -41,15 +41,41 @@ def insert_outputs_for_gradients(model):
     return model
 
 
+def check_arguments(model, x_names, loss_name):
+    """The arguments checked as build_gradient_graph checks them (one str is one x name), with
+    the names looked up in the model, so that ORT's C++ checks never see a bad one."""
+    from ortlab.gradients.graph_builder import check_loss_name, check_x_names
+
+    if not isinstance(model, onnx.ModelProto):
+        raise OrtGradientError(f"the model must be an onnx.ModelProto, not {type(model).__name__}")
+    x_names = check_x_names(x_names, OrtGradientError)
+    loss_name = check_loss_name(loss_name, OrtGradientError)
+    g = model.graph
+    produced = {o for n in g.node for o in n.output if o}
+    values = produced | {i.name for i in g.input} | {t.name for t in g.initializer}
+    for x in x_names:
+        if x not in values:
+            raise OrtGradientError(f"x {x!r} is not a value of the graph; inputs: {[i.name for i in g.input]}, "
+                                   f"initializers: {sorted(t.name for t in g.initializer)[:8]}...")
+    if loss_name not in produced:
+        raise OrtGradientError(f"the loss {loss_name!r} is not produced by any node of the graph; graph "
+                               f"outputs are {[o.name for o in g.output]}")
+    return x_names, loss_name
+
+
 def ort_gradient_graph(model, x_names, loss_name):
-    """The forward + backward model that ORT's C++ GradientGraphBuilder builds."""
+    """The forward + backward model that ORT's C++ GradientGraphBuilder builds.
+
+    x_names: a list of names, or one name as a str (as build_gradient_graph takes them).
+    """
     from ortlab.session import captured_stderr_fd
 
+    x_names, loss_name = check_arguments(model, x_names, loss_name)
     capi = quiet_import("onnxruntime.capi._pybind_state")
     model = insert_outputs_for_gradients(model)
     try:
-        builder = capi.GradientGraphBuilder(model.SerializeToString(), {loss_name}, set(x_names), loss_name)
         with tempfile.TemporaryFile(mode="w+") as log, captured_stderr_fd(log):
+            builder = capi.GradientGraphBuilder(model.SerializeToString(), {loss_name}, set(x_names), loss_name)
             builder.build()
         return onnx.load_from_string(builder.get_model())
     except Exception as exc:
