@@ -2,6 +2,11 @@
 orttraining/orttraining/core/graph/gradient_builder.cc; each docstring names what ORT emits."""
 from ortlab.gradients.builder_base import MS, GradientBuilderError
 from ortlab.gradients.registry import register_gradient
+# ORT's own LayerNormalization schema (ONNX domain, since version 1): below opset 17 a
+# LayerNormalization node resolves to it, in ORT and, once registered, in ortlab's Graph
+from ortlab.transformers.layer_norm_fusion import register_ort_layer_norm_schema
+
+register_ort_layer_norm_schema()
 
 
 def _opset(b):
@@ -27,7 +32,8 @@ def get_logsoftmax_gradient(b):
 @register_gradient("LayerNormalization")
 def get_layernorm_gradient(b):
     """dX, dScale, dBias from the saved mean and inverse std (outputs 1 and 2, added to the
-    forward node when absent). ORT: LayerNormalizationGrad (com.microsoft)."""
+    forward node when absent). ORT: LayerNormalizationGrad (com.microsoft), at every opset: below
+    17 the node is ORT's own LayerNormalization of the ONNX domain."""
     inputs = [b.GO(0), b.I(0), b.I(1), b.O(1), b.O(2)]
     outs = [b.GI(0), b.GI(1), b.GI(2) if len(b.node.inputs) > 2 and b.I(2) else b.IA("unused_dbias")]
     b.emit("LayerNormalizationGrad", inputs, outs, domain=MS, axis=b.attr("axis", -1))

@@ -9,15 +9,73 @@ Mirrors onnxruntime/core/optimizer/layer_norm_fusion.cc. The pattern, from X:
 It declines when the reduction is not over the last axis alone, when an intermediate
 value has another consumer (it would lose its producer), when epsilon is not a constant
 of X's element type, or when scale and bias are not 1-D of X's last dimension.
+
+At every opset, as ORT 1.19.2 does: the fused node is LayerNormalization of the default
+domain even when the model imports opset 14, 15 or 16, where ONNX has no such op (ONNX's
+LayerNormalization-17). ORT resolves it there against its own registration, the op's
+earlier life as a contrib op under the ONNX domain (contrib_defs.cc: LayerNormalization,
+kOnnxDomain, since version 1; CPU kernel registered for versions 1 to 16). Importing this
+module registers that schema with onnx.defs too (`register_ort_layer_norm_schema`), so that
+ortlab's Graph.resolve accepts the fused node at those opsets as ORT's Graph::Resolve does.
 """
+from onnx import TensorProto, defs, helper
+
 from ortlab.transformers import graph_utils as gu
 from ortlab.transformers.graph_transformer import GraphTransformer
 from ortlab.transformers.registry import register_transformer
 
 
+def register_ort_layer_norm_schema():
+    """Register ORT's own LayerNormalization schema (default domain, since version 1) with
+    onnx.defs unless one is there; returns the registered or found OpSchema.
+
+    Mirrors the schema ORT declares in onnxruntime/core/graph/contrib_ops/contrib_defs.cc
+    (inputs X, scale, optional B; outputs Y and optional mean and inv_std_var; attributes
+    axis, epsilon, stash_type). It is what a LayerNormalization node resolves to in a model
+    importing ONNX opset 1 to 16; from 17 on, ONNX's own LayerNormalization-17 wins. The
+    schema carries no shape inference (onnx.defs cannot take one from Python), so the fused
+    node's outputs keep the types the replaced subgraph's outputs had.
+    """
+    try:
+        return defs.get_schema("LayerNormalization", 1, "")
+    except defs.SchemaError:
+        pass
+    param, opt = defs.OpSchema.FormalParameter, defs.OpSchema.FormalParameterOption.Optional
+    floats = ["tensor(float16)", "tensor(float)", "tensor(double)", "tensor(bfloat16)"]
+    schema = defs.OpSchema(
+        "LayerNormalization", "", 1, "ORT's LayerNormalization (a contrib op under the ONNX domain, "
+        "registered by onnxruntime for opsets before ONNX's LayerNormalization-17)",
+        inputs=[param("X", "T", "input"), param("scale", "T", "scale"), param("B", "T", "bias", param_option=opt)],
+        outputs=[param("Y", "T", "output"), param("mean", "U", "saved mean", param_option=opt),
+                 param("inv_std_var", "U", "saved inverse standard deviation", param_option=opt)],
+        type_constraints=[("T", floats, "float tensors"), ("U", ["tensor(float)", "tensor(bfloat16)"],
+                                                           "mean and inv_std_var")],
+        attributes=[defs.OpSchema.Attribute("axis", helper.make_attribute("axis", -1), "first normalized axis"),
+                    defs.OpSchema.Attribute("epsilon", helper.make_attribute("epsilon", 1e-5), "epsilon"),
+                    defs.OpSchema.Attribute("stash_type", helper.make_attribute("stash_type", TensorProto.FLOAT),
+                                            "element type of mean and inv_std_var")])
+    defs.register_schema(schema)
+    return schema
+
+
+register_ort_layer_norm_schema()
+
+
+def _type_saved_statistics(graph, x, stats):
+    """Give the saved mean and inverse std the types ORT's schema infers (float, X's shape with
+    the last axis 1): onnx's shape inference cannot, for a schema registered from Python."""
+    dims = list(gu.shape(graph, x))
+    for name in stats:
+        graph.node_arg(name).type_proto = helper.make_tensor_type_proto(TensorProto.FLOAT, dims[:-1] + [1])
+
+
 @register_transformer(level=2)
 class LayerNormFusion(GraphTransformer):
-    """(X - mean) / sqrt(var + eps) * scale + bias -> LayerNormalization(X, scale, bias, epsilon=eps)."""
+    """(X - mean) / sqrt(var + eps) * scale + bias -> LayerNormalization(X, scale, bias, epsilon=eps).
+
+    At every opset, as ORT does: below opset 17 the node is ORT's own registration of
+    LayerNormalization in the ONNX domain (see the module's docstring).
+    """
 
     def apply_impl(self, graph):
         modified = False
@@ -30,6 +88,8 @@ class LayerNormFusion(GraphTransformer):
                     stats = [gu.unique_value_name(graph, n) for n in ("saved_mean", "saved_inv_std_var")]
                     gu.fuse(self, graph, nodes, "LayerNormalization", [x, scale, bias], [out, *stats],
                             axis=-1, epsilon=eps, stash_type=1)
+                    if graph.opset_imports.get("", 17) < 17:
+                        _type_saved_statistics(graph, x, stats)
                     modified = True
         return modified
 
@@ -45,8 +105,6 @@ class LayerNormFusion(GraphTransformer):
     def match(self, graph, rm1):
         """The pattern's nodes and (X, scale, bias, epsilon, output), or None (reason recorded)."""
         x, mean = rm1.input_names[0], rm1.output_names[0]
-        if graph.opset_imports.get("", 0) < 17:
-            return self.decline(rm1, "LayerNormalization is an ONNX op from opset 17 on")
         if not gu.is_float(graph, x) or not self._last_axis_only(graph, rm1, x):
             return None
         subs = graph.consumers(mean)
