@@ -32,8 +32,8 @@ def get_logsoftmax_gradient(b):
 @register_gradient("LayerNormalization")
 def get_layernorm_gradient(b):
     """dX, dScale, dBias from the saved mean and inverse std (outputs 1 and 2, added to the
-    forward node when absent). ORT: LayerNormalizationGrad (com.microsoft), at every opset: below
-    17 the node is ORT's own LayerNormalization of the ONNX domain."""
+    forward node when absent). ORT: LayerNormalizationGrad (com.microsoft)."""
+    # at every opset: below 17 the node is ORT's own LayerNormalization of the ONNX domain
     inputs = [b.GO(0), b.I(0), b.I(1), b.O(1), b.O(2)]
     outs = [b.GI(0), b.GI(1), b.GI(2) if len(b.node.inputs) > 2 and b.I(2) else b.IA("unused_dbias")]
     b.emit("LayerNormalizationGrad", inputs, outs, domain=MS, axis=b.attr("axis", -1))
