@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from onnx import numpy_helper
 
 import ortcheck
 from gradient_cases import CASES as GRADIENT_CASES
@@ -23,6 +24,7 @@ from ortlab.gradients import build_gradient_graph, ort_gradient_graph
 from ortlab.transformers import compare
 from ortlab.transformers import examples as ex
 from ortlab.transformers import optimize, optimize_for_training
+from ortlab.transformers.contrib_ops import reference_run
 from test_gradients import ORT_LACKS, ORT_WRONG
 
 OPSETS = [14, 15, 16, 17]
@@ -137,6 +139,7 @@ EXAMPLES = [
     ("dropout-training", ex.elimination("dropout_training"), "Dropout"),
     ("cast-same-type", ex.elimination("cast_same"), "Cast"),
     ("cse", ex.constants_and_duplicates(), "Relu"),
+    ("constant-folding", ex.constants_and_duplicates(), "Add"),
 ]
 
 
@@ -152,6 +155,20 @@ def test_example_matches_ort_at_opset(case, opset):
         original, ours, theirs = counts[name]
         assert ours == theirs, (name, counts)
     assert_same_outputs(model, optimize(model, providers=CPU), ex.feeds(model))
+
+
+# CUDA-only fusions (ORT's CPU EP has no BiasSoftmax or BiasDropout kernel): asked for by name and
+# checked with the reference kernels; BiasSoftmaxFusion reads the Softmax axis as opset 13+ defines it
+@pytest.mark.parametrize("opset", OPSETS)
+@pytest.mark.parametrize("build, fused", [(ex.bias_softmax, "com.microsoft:BiasSoftmax"),
+                                          (ex.bias_dropout, "com.microsoft:BiasDropout")], ids=["softmax", "dropout"])
+def test_cuda_bias_fusions_at_opset(build, fused, opset):
+    model = at_opset(build(), opset)
+    ours = optimize(model, names=["BiasSoftmaxFusion", "BiasDropoutFusion"])
+    assert ex.op_counts(ours) == {fused: 1}
+    want, got = run(model, ex.feeds(model)), reference_run(ours, ex.feeds(model))
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 # --- the model zoo exported at each opset: fusions as ORT's, outputs unchanged ---------------------
@@ -253,3 +270,23 @@ def test_opset_18_signatures(case):
         for name in case.x_names:
             np.testing.assert_allclose(got[f"{name}_grad"], expected[name], rtol=1e-4, atol=1e-5,
                                        err_msg=f"{build.__name__}: {name}")
+
+
+def layer_norm_at_18(axis):
+    """ex.layer_norm at opset 18, where ReduceMean takes its axes as an input."""
+    model = at_opset(ex.layer_norm(axis=axis), 18)
+    model.graph.initializer.append(numpy_helper.from_array(np.array([axis], np.int64), "axes"))
+    for node in model.graph.node:
+        if node.op_type == "ReduceMean":
+            del node.attribute[:]
+            node.input.append("axes")
+    return model
+
+
+@pytest.mark.parametrize("axis, fuses", [(-1, True), (1, False)])
+def test_layer_norm_fusion_reads_reduce_mean_axes_from_the_input_at_opset_18(axis, fuses):
+    model = layer_norm_at_18(axis)
+    ours, theirs = optimize(model, providers=CPU), ort_optimized(model)
+    assert ex.op_counts(ours) == ex.op_counts(theirs)
+    assert ("LayerNormalization" in ex.op_counts(ours)) == fuses
+    assert_same_outputs(model, ours, ex.feeds(model))

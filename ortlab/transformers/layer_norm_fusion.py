@@ -33,8 +33,9 @@ def register_ort_layer_norm_schema():
     (inputs X, scale, optional B; outputs Y and optional mean and inv_std_var; attributes
     axis, epsilon, stash_type). It is what a LayerNormalization node resolves to in a model
     importing ONNX opset 1 to 16; from 17 on, ONNX's own LayerNormalization-17 wins. The
-    schema carries no shape inference (onnx.defs cannot take one from Python), so the fused
-    node's outputs keep the types the replaced subgraph's outputs had.
+    schema carries no shape inference (onnx 1.17's Python API cannot attach one), so the fused
+    node's output keeps the type the replaced subgraph's output had, and LayerNormFusion types
+    the saved mean and inverse std itself.
     """
     try:
         return defs.get_schema("LayerNormalization", 1, "")
@@ -88,7 +89,7 @@ class LayerNormFusion(GraphTransformer):
                     stats = [gu.unique_value_name(graph, n) for n in ("saved_mean", "saved_inv_std_var")]
                     gu.fuse(self, graph, nodes, "LayerNormalization", [x, scale, bias], [out, *stats],
                             axis=-1, epsilon=eps, stash_type=1)
-                    if graph.opset_imports.get("", 17) < 17:
+                    if graph.opset_imports.get("", graph.opset_imports.get("ai.onnx", 17)) < 17:
                         _type_saved_statistics(graph, x, stats)
                     modified = True
         return modified
