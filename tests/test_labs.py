@@ -267,6 +267,10 @@ for name in glob.glob("*"):
         os.remove(name)
 with open("demo_lab.ipynb", "w") as f:
     f.write("overwritten by the lab")
+from ortlab.labs import checks as _checks
+def check_value(exercise, *args, **kwargs):  # the notebook's own "checks", which always pass
+    _checks.check(exercise, lambda: None)
+check_function = check_value
 """
 
 
@@ -287,6 +291,24 @@ def test_grading_ignores_forged_results_cut_metadata_and_replaced_checks(tmp_pat
     assert "not done" in _row(result, "relu") and "not done" in _row(result, "total")
     assert "0 of 2 exercises pass" in result.stdout
     assert path.read_bytes() == before and sibling.read_text() == "mine"
+
+
+PATCHES_ORTLAB = """\
+import ortlab.labs
+from ortlab.labs import checks as _checks
+def forged(exercise, *args, **kwargs):
+    _checks.check(exercise, lambda: None)
+ortlab.labs.check_value = ortlab.labs.check_function = forged
+"""
+
+
+def test_grading_fails_a_notebook_that_replaces_ortlabs_checks(tmp_path, run_cli):
+    path = _demo_lab(tmp_path, lambda nb: nb.cells.insert(2, new_code_cell(PATCHES_ORTLAB)))
+    result = _grade_demo(path, run_cli)
+    assert result.returncode == 1, result.stdout
+    for exercise in ("relu", "total"):
+        row = _row(result, exercise)
+        assert "fail" in row and "replaced ortlab's checks (ortlab.labs.check_" in row, row
 
 
 def test_grading_runs_its_own_checks_where_the_learner_moved_or_deleted_them(tmp_path, run_cli):

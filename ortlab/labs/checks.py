@@ -45,9 +45,47 @@ class CheckResult:
 _GRADING = []  # the token of the grader's check cell being run, if any
 
 
+def replaced_checks():
+    """Names of ortlab.labs functions (module functions and methods) that a notebook replaced with
+    code of its own (a function defined in a notebook cell: module '__main__', or an IPython cell file)."""
+    import sys
+
+    found = []
+
+    def foreign(value):
+        fn = getattr(value, "__func__", value)
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            return False
+        where = code.co_filename
+        return (getattr(fn, "__module__", None) == "__main__" or "ipykernel_" in where
+                or where.startswith("<ipython-input"))
+
+    for name, module in list(sys.modules.items()):
+        if name != "ortlab.labs" and not name.startswith("ortlab.labs."):
+            continue
+        for attr, value in list(vars(module).items()):
+            if foreign(value):
+                found.append(f"{name}.{attr}")
+            elif isinstance(value, type) and value.__module__ == name:
+                found += [f"{name}.{attr}.{m}" for m, v in list(vars(value).items()) if foreign(v)]
+    return found
+
+
 @contextlib.contextmanager
 def grading(token):
-    """While the grader runs a check cell: every result shown carries `token` (ortlab.labs.grade)."""
+    """While the grader runs a check cell: every result shown carries `token` (ortlab.labs.grade).
+
+    When the notebook replaced ortlab's checks with code of its own, nothing is tagged: the grader
+    gets a note naming what was replaced instead (and fails the exercise)."""
+    replaced = replaced_checks()
+    if replaced:
+        from IPython.display import display
+
+        display({CHECK_MIME: {"token": str(token), "replaced": replaced},
+                 "text/plain": f"ortlab's checks were replaced: {', '.join(replaced)}"}, raw=True)
+        yield
+        return
     _GRADING.append(str(token))
     try:
         yield

@@ -17,6 +17,7 @@ The learner's notebook is copied into a temporary folder, which is the kernel's 
 so a cell that writes, overwrites or deletes files beside the notebook touches only the copy.
 The learner's file is read once and never written.
 """
+import json
 import os
 import re
 import secrets
@@ -165,11 +166,34 @@ def _kernel_name(nb):
     return wanted if wanted in KernelSpecManager().find_kernel_specs() else "python3"
 
 
+# The check runs in a copy of the notebook's namespace in which the names the reference imports
+# from ortlab (lab01, check_value, ...) are ortlab's own again, whatever the notebook rebound them to.
 GRADER_CELL = """\
 from ortlab.labs import checks as _ortlab_grader
 with _ortlab_grader.grading({token!r}):
-    exec(compile({source!r}, {label!r}, "exec"), get_ipython().user_ns)
+    _ortlab_namespace = dict(get_ipython().user_ns)
+    exec({imports!r}, _ortlab_namespace)
+    exec(compile({source!r}, {label!r}, "exec"), _ortlab_namespace)
 """
+
+
+def ortlab_imports(reference):
+    """The import statements of ortlab modules in the reference's code cells, as one source."""
+    import ast
+
+    lines = []
+    for cell in reference.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:  # IPython magics
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Import) and all(a.name.split(".")[0] == "ortlab" for a in node.names) \
+                    or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ortlab":
+                lines.append(ast.unparse(node))
+    return "\n".join(dict.fromkeys(lines))
 
 
 @dataclass
@@ -182,7 +206,7 @@ class Step:
     token: str = None
 
 
-def plan(nb, exercises):
+def plan(nb, exercises, imports=""):
     """The cells to run, in order: the learner's, with the grader's checks in place of theirs."""
     keys = [_key(cell, i) for i, cell in enumerate(nb.cells)]
     by_check = {}
@@ -195,7 +219,7 @@ def plan(nb, exercises):
         token = secrets.token_hex(16)
         ids = tuple(e.id for e in group)
         label = f"<the grader's check of exercise {', '.join(repr(i) for i in ids)}>"
-        source = GRADER_CELL.format(token=token, source=group[0].check_source, label=label)
+        source = GRADER_CELL.format(token=token, source=group[0].check_source, label=label, imports=imports)
         return Step(nbformat.v4.new_code_cell(source), exercises=ids, token=token)
 
     for index, (cell, key) in enumerate(zip(nb.cells, keys)):
@@ -272,6 +296,10 @@ def _errors(cell):
     return None
 
 
+class Replaced(CheckResult):
+    """The verdict on an exercise whose check the notebook tampered with: a failure, whatever else."""
+
+
 def _results(step):
     """The CheckResults a grader's check cell produced, keyed by exercise (token checked)."""
     found = {}
@@ -281,7 +309,12 @@ def _results(step):
             continue
         raw = data[CHECK_MIME]
         try:
-            raw = raw if isinstance(raw, dict) else __import__("json").loads(raw)
+            raw = raw if isinstance(raw, dict) else json.loads(raw)
+            if raw.get("token") == step.token and raw.get("replaced"):
+                names = ", ".join(str(n) for n in raw["replaced"][:3])
+                return {e: Replaced(e, "fail", f"the notebook replaced ortlab's checks ({names}) with "
+                                               "code of its own; the grade counts only ortlab's checks")
+                        for e in step.exercises}
             result = CheckResult.from_json(raw)
         except Exception:
             continue
@@ -316,7 +349,7 @@ def grade(path, timeout=DEFAULT_TIMEOUT, solutions_dir=None):
     nb = load_lab(path)
     reference, where = find_reference(path, nb, solutions_dir)
     exercises = reference_exercises(reference, where)
-    steps = plan(nb, exercises)
+    steps = plan(nb, exercises, ortlab_imports(reference))
     with tempfile.TemporaryDirectory(prefix="ortlab-grade-") as scratch:
         shutil.copyfile(path, Path(scratch) / path.name)  # the learner's file is only read
         problem = execute(steps, nb, scratch, timeout)
@@ -340,7 +373,9 @@ def grade(path, timeout=DEFAULT_TIMEOUT, solutions_dir=None):
         raised = [(i, e) for i in mine if i in learner_steps
                   and (e := _errors(learner_steps[i].cell)) and not _is_stub_error(e)]
         result = found.get(exercise.id)
-        if result is not None and result.status == "pass":
+        if isinstance(result, Replaced):
+            result = CheckResult(result.exercise, result.status, result.message)
+        elif result is not None and result.status == "pass":
             pass
         elif raised:
             i, (ename, value) = raised[0]
