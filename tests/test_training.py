@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from ortlab import models
+from ortlab import OrtlabError, models
 from ortlab.training import ExportError, MiniORTModule, SchemaError
 from ortlab.training.io import flatten_inputs
 
@@ -172,7 +172,7 @@ def test_dropout_masks_are_stashed_so_backward_matches_forward():
 
 
 def test_bad_input_is_explained():
-    with pytest.raises(TypeError, match="wraps a torch.nn.Module"):
+    with pytest.raises(OrtlabError, match="wraps a torch.nn.Module, not function"):
         MiniORTModule(lambda x: x)
     with pytest.raises(SchemaError, match="args\\[1\\] is a ndarray"):
         flatten_inputs((torch.ones(2), __import__("numpy").ones(2)), {})
@@ -290,3 +290,60 @@ def test_unusual_signatures_and_outputs(make, args, kwargs, builder):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6)
     for g, h in zip(*grads):
         torch.testing.assert_close(h, g, rtol=1e-4, atol=1e-6)
+
+
+class _Flip(torch.nn.Module):
+    """Data-dependent control flow: the branch depends on the input's values."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        s = (x * self.w).sum()
+        return s * 2 if s > 0 else -s * 32
+
+
+def test_data_dependent_control_flow_is_refused_naming_the_warning_and_the_line():
+    from ortlab.training.graph_transition_manager import TracerWarningError
+
+    assert _Flip()(-torch.ones(3)).item() == 96.0  # PyTorch takes the other branch for this input
+    wrapped = MiniORTModule(_Flip())
+    with pytest.raises(TracerWarningError, match=r"test_training\.py:\d+ \(return s \* 2 if s > 0 else "
+                                                 r"-s \* 32\): torch\.jit\.TracerWarning: Converting a "
+                                                 r"tensor to a Python boolean.*torch\.where"):
+        wrapped(torch.ones(3))
+
+
+def test_other_tracer_warnings_of_the_module_are_shown():
+    class Constant(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(3))
+
+        def forward(self, x):
+            return (x * self.w * torch.tensor(x.shape[0])).sum()
+
+    with pytest.warns(RuntimeWarning, match=r"torch\.jit\.TracerWarning at .*test_training\.py:\d+"):
+        MiniORTModule(Constant())(torch.ones(3))
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(module=42), "wraps a torch.nn.Module, not int"),
+    (dict(module=None), "wraps a torch.nn.Module, not NoneType"),
+    (dict(level="fast"), "level must be one of \\['disable', 'basic', 'extended', 'all'\\].*not 'fast'"),
+    (dict(level=None), "level must be one of"),
+    (dict(gradient_builder="torch"), "gradient_builder must be one of \\('ort', 'ortlab'\\).*not 'torch'"),
+    (dict(providers=["GPU"]), "providers must be a list of the execution providers"),
+    (dict(opset="17"), "opset must be an int"),
+])
+def test_bad_constructor_arguments_are_refused_at_once(kwargs, words):
+    kwargs = {"module": torch.nn.Linear(3, 1), **kwargs}
+    with pytest.raises(OrtlabError, match=words):
+        MiniORTModule(**kwargs)  # refused here, not at the first forward
+
+
+def test_one_provider_may_be_given_as_a_str():
+    wrapped = MiniORTModule(torch.nn.Linear(3, 1), providers="CPUExecutionProvider")
+    assert wrapped.providers == ["CPUExecutionProvider"]
+    assert wrapped(torch.ones(2, 3)).shape == (2, 1)

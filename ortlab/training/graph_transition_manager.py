@@ -10,6 +10,7 @@ import inspect
 import io
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import onnx
 import torch
@@ -83,8 +84,9 @@ def _export(module, flat_inputs, names, opset):
     flat = _FlattenedModule(module, flat_inputs)
     mode = torch.onnx.TrainingMode.TRAINING if flat_inputs.schema.training else torch.onnx.TrainingMode.EVAL
     buffer = io.BytesIO()
-    with warnings.catch_warnings(), plain_torch_export():
-        warnings.simplefilter("ignore")  # the exporter's deprecation and tracer notices
+    with warnings.catch_warnings(record=True) as caught, plain_torch_export():
+        warnings.simplefilter("ignore")  # the exporter's deprecation notices...
+        warnings.simplefilter("always", torch.jit.TracerWarning)  # ...but not the tracer's
         try:
             with torch.no_grad():
                 n_out = len(flat(*flat_inputs.tensors))
@@ -99,7 +101,54 @@ def _export(module, flat_inputs, names, opset):
             raise ExportError(f"torch.onnx.export failed: {type(exc).__name__}: {first} (ORTModule "
                               "would fall back to PyTorch here; MiniORTModule has no fallback: run "
                               "this module in plain PyTorch or express the op with exportable ones)") from None
+    check_tracer_warnings(caught)
     return onnx.load_from_string(buffer.getvalue()), out_names, flat.output_schema
+
+
+# What the tracer says when the module turns a tensor into a Python value: the value seen at
+# export is baked into the graph (an `if` takes the branch of the export's input for ever).
+BAKED = ("Python boolean", "Python number", "Python integer", "Python float", "Python index")
+
+
+class TracerWarningError(ExportError):
+    """The export traced data-dependent Python control flow or values: the graph would be wrong
+    for other inputs."""
+
+
+def check_tracer_warnings(records):
+    """Refuse an export whose trace baked in a value the module's own code computed from a tensor
+    (torch.jit.TracerWarning 'Converting a tensor to a Python boolean/number/index...'); warn about
+    the tracer's other warnings from the module's code, naming the line.
+
+    ORTModule exports by tracing too and has the same limit: Python control flow on tensors is
+    traced for the export's input only (its docs: such modules need care, e.g. torch.where instead
+    of `if`, or running that part in PyTorch). MiniORTModule re-exports only when dtypes or ranks
+    change, so a branch on a size is baked in as well. Warnings raised inside torch's own code
+    (shape checks in torch.nn.functional, which torch's exporter traces by design) stay silent."""
+    torch_dir = str(Path(torch.__file__).resolve().parent)
+    traced = [r for r in records if issubclass(r.category, torch.jit.TracerWarning)
+              and not str(Path(r.filename).resolve()).startswith(torch_dir)]
+    for r in traced:
+        message = str(r.message).strip().splitlines()[0]
+        if any(word in message for word in BAKED):
+            raise TracerWarningError(
+                f"the export traced Python code that turns a tensor into a Python value, at "
+                f"{r.filename}:{r.lineno} ({_source_line(r)}): torch.jit.TracerWarning: {message} The "
+                "trace keeps the branch or value of the export's input for every later input, so ORT "
+                "would compute something else than PyTorch for inputs that take another branch. Express "
+                "it with tensor ops (torch.where instead of `if tensor:`, no .item()/int()/float()/bool() "
+                "of a tensor, no `if` on a size), or run the module in plain PyTorch")
+    for r in traced:
+        message = str(r.message).strip().splitlines()[0]
+        warnings.warn(f"MiniORTModule's export: torch.jit.TracerWarning at {r.filename}:{r.lineno}: "
+                      f"{message} (the exported graph may not generalize to other inputs)",
+                      RuntimeWarning, stacklevel=4)
+
+
+def _source_line(record):
+    import linecache
+
+    return linecache.getline(record.filename, record.lineno).strip() or "source not available"
 
 
 def _rename(model, mapping):

@@ -16,10 +16,43 @@ from pathlib import Path
 import onnx
 import torch
 
+from ortlab.errors import OrtlabError
 from ortlab.training.graph_transition_manager import GraphTransitionManager
 from ortlab.training.io import flatten_inputs
-from ortlab.training.training_manager import InferenceManager, ORTModuleFunction, TrainingManager
+from ortlab.training.training_manager import BUILDERS, InferenceManager, ORTModuleFunction, TrainingManager
 from ortlab.viz import Table
+
+
+class MiniORTModuleError(OrtlabError):
+    """MiniORTModule was given something it cannot use (the message says what and what to pass)."""
+
+
+def _check_arguments(module, gradient_builder, providers, level, opset):
+    """Checked when the wrapper is built, not at the first forward (as ORTModule's constructor
+    checks its module: orttraining/orttraining/python/training/ortmodule/ortmodule.py)."""
+    from ortlab.session import LEVELS
+
+    if not isinstance(module, torch.nn.Module):
+        raise MiniORTModuleError(f"MiniORTModule wraps a torch.nn.Module, not {type(module).__name__}; "
+                                 "pass the module (an instance, e.g. torch.nn.Linear(4, 2))")
+    if not isinstance(gradient_builder, str) or gradient_builder not in BUILDERS:
+        raise MiniORTModuleError(f"gradient_builder must be one of {BUILDERS} ('ort': ORT's C++ builder, "
+                                 f"'ortlab': ortlab.gradients), not {gradient_builder!r}")
+    if not isinstance(level, str) or level not in LEVELS:
+        raise MiniORTModuleError(f"level must be one of {list(LEVELS)} (ORT's graph optimization "
+                                 f"levels), not {level!r}")
+    if not isinstance(opset, int) or isinstance(opset, bool) or not 7 <= opset <= 21:
+        raise MiniORTModuleError(f"opset must be an int from 7 to 21 (what torch's exporter writes and "
+                                 f"ORT 1.19.2 runs), not {opset!r}")
+    if providers is not None:
+        from ortlab.env import quiet_import
+
+        names = [providers] if isinstance(providers, str) else providers
+        known = quiet_import("onnxruntime").get_available_providers()
+        name = lambda p: p[0] if isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], dict) else p
+        if not isinstance(names, (list, tuple)) or not names or any(name(p) not in known for p in names):
+            raise MiniORTModuleError(f"providers must be a list of the execution providers this ORT has "
+                                     f"({', '.join(known)}), not {providers!r}")
 
 
 class MiniORTModule(torch.nn.Module):
@@ -32,8 +65,9 @@ class MiniORTModule(torch.nn.Module):
 
     def __init__(self, module, gradient_builder="ort", providers=None, level="basic", opset=17):
         super().__init__()
-        if not isinstance(module, torch.nn.Module):
-            raise TypeError(f"MiniORTModule wraps a torch.nn.Module, not {type(module).__name__}")
+        _check_arguments(module, gradient_builder, providers, level, opset)
+        if isinstance(providers, str):
+            providers = [providers]
         self.module = module
         self.gradient_builder, self.providers, self.level = gradient_builder, providers, level
         self._transition = GraphTransitionManager(module, opset)
