@@ -295,3 +295,86 @@ def test_environment_chooses_the_interpreter_without_a_gpu():
         assert kernel_device() == "cpu"
     from ortlab.env import report
     assert report()["triton kernels"] == triton_mode()
+
+
+# -- attribute types, ORT's errors, NaN -------------------------------------------------
+@pytest.mark.parametrize("call,message", [
+    (lambda: K.run("Softmax", rand(3, 4), axis="1"), "Softmax: attribute 'axis' must be int, got str '1'"),
+    (lambda: K.run("Softmax", rand(3, 4), axis=1.5), "Softmax: attribute 'axis' must be int, got float 1.5"),
+    (lambda: K.run("Softmax", rand(3, 4), axis=None), "Softmax: attribute 'axis' must be int, got NoneType"),
+    (lambda: K.run("Softmax", rand(3, 4), axis=True), "got bool True (use 1 or 0)"),
+    (lambda: K.run("LayerNormalization", rand(3, 4), rand(4), epsilon="1e-5"),
+     "LayerNormalization: attribute 'epsilon' must be float, got str"),
+    (lambda: K.run("SoftmaxCrossEntropyLoss", rand(3, 4), np.array([0, 1, 2]), ignore_index=1.5),
+     "attribute 'ignore_index' must be int or None, got float 1.5"),
+    (lambda: K.run("Softmax", rand(3, 4), axiss=1), "Softmax has no attribute 'axiss' (did you mean 'axis'?)"),
+])
+def test_attribute_types_are_checked_against_the_declaration(call, message):
+    with pytest.raises(K.KernelInputError) as info:
+        call()
+    assert message in str(info.value)
+
+
+def test_numpy_and_int_attribute_values_are_taken_as_onnx_would():
+    x = rand(3, 4)
+    np.testing.assert_array_equal(K.run("Softmax", x, axis=np.int64(0))[0], K.run("Softmax", x, axis=0)[0])
+    scale = rand(4, seed=1)
+    kernel = K.get_kernel("LayerNormalization")(epsilon=1)
+    assert kernel.epsilon == 1.0 and isinstance(kernel.epsilon, float)
+    K.op_test("LayerNormalization", [x, scale], {"epsilon": 1})  # an INT attribute would make ORT refuse
+
+
+class _NegWithBadAttribute(K.Kernel):
+    """Claims ORT has no CPU kernel, and carries an attribute ONNX's Neg does not have: ORT fails
+    for that reason (INVALID_GRAPH), not for a missing kernel."""
+    op_type, domain = "Neg", ""
+    inputs, outputs = (K.Arg("X"),), (K.Arg("Y"),)
+    attributes = {"flavour": 1}
+    ort_cpu = False
+
+    def reference(self, x):
+        return (-x,)
+
+    def compute(self, x):
+        return (-x,)
+
+
+def test_op_test_shows_orts_own_error_unless_it_is_a_missing_kernel():
+    K.register_kernel(_NegWithBadAttribute)
+    try:
+        with pytest.raises(OpTestFailure, match="ORT failed: .*Unrecognized attribute: flavour"):
+            K.op_test("Neg", [rand(3)], {"flavour": 2})
+    finally:
+        K.unregister_kernel("Neg")
+    # a real missing kernel (BiasSoftmax has none on ORT's CPU EP) is still reported as such
+    result = K.op_test("BiasSoftmax", [rand(2, 3), rand(2, 3, seed=1)], domain=MS,
+                       providers=["CPUExecutionProvider"])
+    assert "no CPU kernel in ORT (CUDA only)" in repr(result)
+
+
+class _Log(K.Kernel):
+    op_type, domain = "Log", ""
+    inputs, outputs = (K.Arg("X"),), (K.Arg("Y"),)
+    nan_at = None  # an index where compute writes a NaN of its own
+
+    def reference(self, x):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (np.log(x),)
+
+    def compute(self, x):
+        y = torch.log(x)
+        if self.nan_at is not None:
+            y.view(-1)[self.nan_at] = float("nan")
+        return (y,)
+
+
+def test_op_test_takes_nan_in_the_same_places_as_equal_and_nan_on_one_side_as_a_mismatch():
+    x = np.array([1.0, -1.0, 0.0, 2.0, np.nan, np.inf], np.float32)  # log: 0, nan, -inf, .69, nan, inf
+    K.register_kernel(_Log)
+    try:
+        assert K.op_test("Log", [x]).ok
+        K.register_kernel(type("_LogWrong", (_Log,), {"nan_at": 3}), override=True)
+        with pytest.raises(OpTestFailure, match=r"worst at index \(3,\): got nan, expected 0\.69"):
+            K.op_test("Log", [x])
+    finally:
+        K.unregister_kernel("Log")

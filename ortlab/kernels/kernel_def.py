@@ -5,6 +5,7 @@ MayInplace, ...) and onnxruntime/core/framework/op_kernel.h (OpKernel: attribute
 in the constructor, Compute(OpKernelContext*) called on every run). Every ortlab kernel has a
 plain numpy `reference` (the maths) and a `compute` that launches Triton kernels.
 """
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,19 @@ INDEX = ("int64", "int32")
 
 class KernelInputError(OrtlabError):
     """An input has the wrong count, dtype, rank or shape for the kernel."""
+
+
+def _kinds_of(default):
+    """The kinds of value an attribute with this default takes."""
+    if default is None:
+        return ("int", None)
+    if isinstance(default, bool) or isinstance(default, numbers.Integral):
+        return ("int",)
+    if isinstance(default, numbers.Real):
+        return ("float",)
+    if isinstance(default, str):
+        return ("str",)
+    return ("int", "float", "str")
 
 
 @dataclass(frozen=True)
@@ -52,14 +66,40 @@ class Kernel:
     random = False
     ort_cpu = True  # ORT's CPU execution provider has a kernel for this op
 
+    # name -> the kinds an attribute accepts ("int", "float", "str", None), where the default's
+    # type does not say it (an attribute whose default is None takes an int or None unless set here)
+    attribute_types = {}
+
     def __init__(self, **attributes):
         unknown = sorted(set(attributes) - set(self.attributes))
         if unknown:
-            raise OrtlabError(f"{self.op_type} has no attribute {', '.join(map(repr, unknown))}; "
-                              f"its attributes are {sorted(self.attributes) or 'none'}")
+            import difflib
+            close = difflib.get_close_matches(unknown[0], list(self.attributes), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise KernelInputError(f"{self.op_type} has no attribute {', '.join(map(repr, unknown))}{hint}; "
+                                   f"its attributes are {sorted(self.attributes) or 'none'}")
+        attributes = {name: self._check_attribute(name, value) for name, value in attributes.items()}
         for name, default in self.attributes.items():
             setattr(self, name, attributes.get(name, default))
         self.given = dict(attributes)
+
+    def _check_attribute(self, name, value):
+        """The value, checked against the kinds the declaration allows (as ORT's OpKernelInfo::
+        GetAttr<T> fails on a wrong type: onnxruntime/core/framework/op_node_proto_helper.cc);
+        numpy scalars become Python ones and an int given for a float becomes a float."""
+        kinds = self.attribute_types.get(name) or _kinds_of(self.attributes[name])
+        if value is None and None in kinds:
+            return None
+        if "int" in kinds and isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return int(value)
+        if "float" in kinds and isinstance(value, numbers.Real) and not isinstance(value, bool):
+            return float(value)
+        if "str" in kinds and isinstance(value, str):
+            return value
+        wanted = " or ".join("None" if k is None else k for k in kinds)
+        hint = " (use 1 or 0)" if isinstance(value, bool) and "int" in kinds else ""
+        raise KernelInputError(f"{self.op_type}: attribute '{name}' must be {wanted}, got "
+                               f"{type(value).__name__} {value!r}{hint}")
 
     def __repr__(self):
         bound = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.attributes)
