@@ -392,3 +392,5 @@ def test_check_with_a_missing_labs_folder_says_so(dirs, run_cli):
     sol, labs = dirs
     _cli_error(run_cli("ortlab.labs", "--solutions", sol, "--labs", labs, "check"),
                f"labs folder {labs}/ does not exist")
+    labs.write_text("a file")
+    _cli_error(run_cli("ortlab.labs", "--solutions", sol, "--labs", labs, "check"), "is not a folder")

@@ -225,9 +225,11 @@ def build(solutions_dir="solutions", labs_dir="labs", force=False, log=print):
 
 def check(solutions_dir="solutions", labs_dir="labs"):
     """Paths in labs/ that are not what the build would write (empty when up to date)."""
+    if Path(labs_dir).exists() and not Path(labs_dir).is_dir():
+        raise LabBuildError(f"{labs_dir} is not a folder; --labs takes the folder the labs are written to")
     if not Path(labs_dir).is_dir():
-        raise LabBuildError(f"labs folder {labs_dir}/ does not exist{' as a folder' if Path(labs_dir).exists() else ''}; "
-                            "run `python -m ortlab.labs build` to write it (or give the right one with --labs)")
+        raise LabBuildError(f"labs folder {labs_dir}/ does not exist; run `python -m ortlab.labs build` to "
+                            "write it (or give the right one with --labs)")
     todo = plan(solutions_dir, labs_dir)
     return sorted(list(todo.write) + todo.orphans)
 

@@ -335,8 +335,9 @@ def _is_stub_error(error):
 def _check_timeout(timeout):
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0 \
             or timeout == float("inf"):
+        shown = f"{timeout:g}" if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else repr(timeout)
         raise GradeError(f"the time limit must be a positive number of seconds (e.g. --timeout 600), "
-                         f"not {timeout!r}")
+                         f"not {shown}")
 
 
 def grade(path, timeout=DEFAULT_TIMEOUT, solutions_dir=None):
