@@ -10,7 +10,7 @@ else
 PY := $(VENV)/bin/python
 endif
 
-.PHONY: setup lab test labs execute
+.PHONY: setup lab test test-portable labs execute
 setup:
 	@bash tools/setup.sh
 
@@ -19,6 +19,11 @@ lab:
 
 test: setup
 	$(PY) -m pytest
+
+# The notebooks again under another CPU dispatch (torch without SIMD kernels) and one thread:
+# their stored outputs must reproduce on any x86-64 machine (README, "Reproducible outputs").
+test-portable: setup
+	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 $(PY) -m pytest notebooks solutions
 
 labs: setup
 	$(PY) -m ortlab.labs build

@@ -226,3 +226,30 @@ def test_training_agent_runs_one_session_whose_outputs_are_the_gradients(bert_ru
     fallen = om.train(models.LgammaRegressor(), [(torch.randn(4, 4),)], 1, save_onnx=False)
     with pytest.raises(om.OrtModuleError, match="fell back to PyTorch"):
         fallen.training_agent()
+
+
+def test_the_fast_path_silently_reuses_a_graph_exported_for_other_inputs():
+    """ORT 1.19.2's default fast path: a call with labels= runs the graph exported without them and
+    returns the logits where PyTorch returns the loss; every check on, it exports again (seed 003)."""
+    module = models.get("mlp", dropout=0.0)
+    x, y = module.example_inputs(batch=8)
+    calls = [((x,), {}), ((x,), {"labels": y}), ((x[None],), {})]
+    fast = om.call_outcomes(module, calls)
+    full = om.call_outcomes(module, calls, SKIPCHECK_POLICY="SKIP_CHECK_DISABLED")
+    assert tuple(module(x, labels=y).shape) == ()  # PyTorch: the scalar loss
+    assert fast[1].decision == "skipped" and fast[1].returned == "float32 [8, 4]"  # ORT: the logits
+    assert full[1].decision is True and full[1].returned == "float32 []"
+    assert fast[2].decision == "error: RuntimeError" and "Gemm" in fast[2].error and "NumDimensions" in fast[2].error
+    assert full[2].returned == "float32 [1, 8, 4]" and not full[2].error
+
+
+def test_ortmodule_log_level_variable_wins_over_debug_options():
+    module = models.get("mlp", dropout=0.0)
+
+    def info_lines(debug_options, variable):
+        run = om.train(copy.deepcopy(module), [module.example_inputs()], 1, log_level=debug_options,
+                       LOG_LEVEL=variable, save_onnx=False)
+        return sum(line.startswith("orttraining [INFO]") for line in run.log)
+
+    assert info_lines("INFO", "WARNING") == 0
+    assert info_lines("WARNING", "INFO") > 0

@@ -288,8 +288,29 @@ def export_decisions(module, calls, **variables):
     its fast path skips the checks after the first call; SKIPCHECK_POLICY='SKIP_CHECK_DISABLED'
     checks every call.
     """
+    return [outcome.decision for outcome in call_outcomes(module, calls, **variables)]
+
+
+@dataclass
+class CallOutcome:
+    """One call of an ORTModule: whether it exported again, what it returned, or why it failed."""
+
+    decision: object   # True, False, 'skipped' or 'error: <type>'
+    returned: str      # e.g. 'float32 [8, 4]' or '' after an error
+    error: str = ""    # the innermost error line ORT reported, '' when the call worked
+
+
+def _describe(value):
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).replace('torch.', '')} {list(value.shape)}"
+    return type(value).__name__
+
+
+def call_outcomes(module, calls, **variables):
+    """export_decisions with what each call returned (dtype and shape) and, for a failed call,
+    the innermost error ORT reported (graph_transition_manager's schema check, _io.py)."""
     quiet_import("onnxruntime.training.ortmodule")
-    decisions = []
+    outcomes = []
     with ortmodule_env(**variables), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with captured_logs():
@@ -297,13 +318,14 @@ def export_decisions(module, calls, **variables):
         for args, kwargs in calls:
             with captured_logs() as log:
                 try:
-                    model(*args, **kwargs)
-                    error = None
+                    returned, error = _describe(model(*args, **kwargs)), None
                 except Exception as exc:
-                    error = f"error: {type(exc).__name__}"
+                    returned, error = "", exc
             said = [line.rsplit(" ", 1)[-1] == "True" for line in log if "need_export_model:" in line]
-            decisions.append(error or (said[0] if said else "skipped"))
-    return decisions
+            decision = f"error: {type(error).__name__}" if error else (said[0] if said else "skipped")
+            cause = (_root_cause(error) or str(error).splitlines()[0]) if error else ""
+            outcomes.append(CallOutcome(decision, returned, cause))
+    return outcomes
 
 
 def _root_cause(exc):
