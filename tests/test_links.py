@@ -1,0 +1,64 @@
+"""Every cross-reference to a notebook resolves, or says on the same line that it is planned."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDERS = ("notebooks", "solutions", "labs")
+# a notebook named by its id (L1_03, D_02, lab09, 00_welcome), optionally with the rest of its name
+REFERENCE = re.compile(r"(?<![\w/.-])((?:L\d_\d\d|D_\d\d|lab\d\d|00_welcome)(?:_[a-z0-9]+)*)(?:\.ipynb)?(?![\w-])")
+LINK = re.compile(r"\]\(([^)#\s]+\.ipynb)(?:#[^)]*)?\)")
+
+
+def notebook_stems():
+    return {p.stem for folder in FOLDERS for p in (ROOT / folder).glob("*.ipynb")}
+
+
+def resolves(name, stems):
+    """A full name must be a notebook; a bare id (L0_02, lab03) must start one."""
+    return name in stems or any(stem.startswith(name + "_") for stem in stems)
+
+
+def documents():
+    """(where, text) of every markdown and code source line in the notebooks, and of the READMEs."""
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder).glob("*.ipynb")):
+            for index, cell in enumerate(json.loads(path.read_text())["cells"]):
+                for number, line in enumerate("".join(cell["source"]).splitlines(), 1):
+                    yield f"{path.relative_to(ROOT)} cell {index} line {number}", path.parent, line
+    for path in [ROOT / "README.md", *(ROOT / f / "README.md" for f in FOLDERS)]:
+        if path.exists():
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                yield f"{path.relative_to(ROOT)} line {number}", path.parent, line
+
+
+def broken_references():
+    stems, broken = notebook_stems(), []
+    for where, folder, line in documents():
+        if "planned" in line.lower():
+            continue
+        for name in REFERENCE.findall(line):
+            if not resolves(name, stems):
+                broken.append(f"{where}: {name}")
+        for target in LINK.findall(line):
+            if not (folder / target).resolve().is_file():
+                broken.append(f"{where}: link {target}")
+    return broken
+
+
+def test_every_notebook_reference_resolves_or_says_planned():
+    broken = broken_references()
+    assert not broken, ("references to notebooks that do not exist (add 'planned' on the line, or fix "
+                        "the name):\n" + "\n".join(broken))
+
+
+@pytest.mark.parametrize("line, ok", [
+    ("see `L0_02_ortmodule`", True), ("see L0_02", True), ("see L2_02", False),
+    ("see L2_02 (planned)", True), ("see `L0_02_ortmodul`", False), ("[lab](../labs/lab01_compose_onnx_model.ipynb)", True),
+    ("[lab](../labs/lab09_memory.ipynb)", False), ("a path /tmp/L2_02_x is not a reference", True),
+])
+def test_the_checker_itself(line, ok, monkeypatch):
+    monkeypatch.setattr(__import__(__name__), "documents", lambda: [("t", ROOT / "notebooks", line)])
+    assert (broken_references() == []) is ok
