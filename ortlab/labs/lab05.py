@@ -69,9 +69,12 @@ def _violation(bounds, addresses, item, verb):
     """None when every address lies in one tensor argument; else OutOfBounds saying where it went."""
     if addresses.size == 0 or not bounds.ranges:
         return None
+    # The tensor this access is meant for: the one most of its lanes fall in (ties: the first lane's)
     first = int(addresses[0])
-    home = next((r for r in bounds.ranges if r[1] <= first < r[2]), None)
-    if home is None:  # the block starts outside every tensor: blame the one just before it
+    inside = [(int(((addresses >= r[1]) & (addresses + item <= r[2])).sum()), r[1] <= first < r[2], r)
+              for r in bounds.ranges]
+    count, _, home = max(inside, key=lambda t: (t[0], t[1]))
+    if count == 0:  # no lane in any tensor: blame the one just before the block
         before = [r for r in bounds.ranges if r[2] <= first]
         home = max(before, key=lambda r: r[2]) if before else min(bounds.ranges, key=lambda r: r[1])
     name, lo, hi, size = home
@@ -87,8 +90,12 @@ def _violation(bounds, addresses, item, verb):
 
     program = getattr(interpreter_builder, "grid_idx", None)
     program = f"; in program {program[0]}" if program else ""
-    return OutOfBounds(f"your kernel {verb} {side} the tensor {name} ({where}; it has {n}{program}): "
-                       "mask the tail (offsets < n) in every tl.load and tl.store")
+    if side == "past the end of" and int(index.min()) == n:  # the usual: the last block's tail
+        advice = "mask the tail (offsets < n) in every tl.load and tl.store"
+    else:
+        advice = ("check the offsets added to the pointer: a program's block covers elements "
+                  "pid * BLOCK + tl.arange(0, BLOCK), masked with offsets < n")
+    return OutOfBounds(f"your kernel {verb} {side} the tensor {name} ({where}; it has {n}{program}): {advice}")
 
 
 _ACTIVE = []
