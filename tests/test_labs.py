@@ -59,6 +59,9 @@ def dirs(tmp_path):
 
 def test_build_removes_solutions_clears_outputs_and_keeps_the_rest(dirs):
     sol, labs = dirs
+    with pytest.raises(lab_build.LabBuildError, match="does not exist"):  # not "everything is stale"
+        lab_build.check(sol, labs)
+    labs.mkdir()
     assert lab_build.check(sol, labs) == [labs / "demo_lab.ipynb"]
     lab_build.build(sol, labs, log=lambda *_: None)
     solution = nbformat.read(sol / "demo_lab.ipynb", as_version=4)
