@@ -49,18 +49,58 @@ def session_options(level="all", order="default", **options):
     for name, value in options.items():
         if not hasattr(so, name):
             raise OrtlabError(f"SessionOptions has no option {name!r}")
-        setattr(so, name, value)
+        try:
+            setattr(so, name, value)
+        except TypeError:
+            wanted = type(getattr(so, name)).__name__
+            raise OrtlabError(f"SessionOptions.{name} takes a {wanted}, not {type(value).__name__} "
+                              f"{value!r}") from None
     return so
 
 
 def create(model, options=None, providers=None):
     """An InferenceSession for a ModelProto or path, with ORT's error turned into a SessionError."""
     data = _model_source(model)
+    _check_providers(providers)
     try:
         return ort.InferenceSession(data, options or session_options(),
                                     providers=providers or default_providers())
     except Exception as exc:
         raise SessionError(f"onnxruntime could not load the model: {exc}".splitlines()[0]) from None
+
+
+def _check_providers(providers):
+    """Provider names ORT knows (a typo would otherwise fall back to the CPU EP silently)."""
+    if providers is None:
+        return
+    if isinstance(providers, str) or not isinstance(providers, (list, tuple)):
+        raise SessionError(f"providers must be a list of execution provider names, e.g. "
+                           f"['CPUExecutionProvider'], not {providers!r}")
+    known = ort.get_all_providers()
+    for p in providers:
+        name = p[0] if isinstance(p, tuple) and p else p
+        if name not in known:
+            raise SessionError(f"unknown execution provider {name!r}; ORT's are {', '.join(known)} "
+                               f"(available here: {', '.join(ort.get_available_providers())})")
+
+
+def run_session(session, fetches, feeds):
+    """session.run with the feeds checked by name and ORT's run-time errors as a SessionError."""
+    if not isinstance(feeds, dict):
+        raise SessionError(f"feeds must be a dict {{input name: array}}, not {type(feeds).__name__}")
+    inputs = session.get_inputs()
+    missing = [i.name for i in inputs if i.name not in feeds]
+    if missing:
+        expected = ", ".join(f"{i.name} {i.type}{i.shape}" for i in inputs)
+        raise SessionError(f"the feeds lack {missing}; the model's inputs are: {expected}")
+    try:
+        return session.run(fetches, feeds)
+    except Exception as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        expected = ", ".join(f"{i.name} {i.type}{i.shape}" for i in inputs)
+        got = ", ".join(f"{n} {getattr(v, 'dtype', type(v).__name__)}{list(np.shape(v))}" for n, v in feeds.items())
+        raise SessionError(f"onnxruntime could not run the model: {text} (the model's inputs: {expected}; "
+                           f"fed: {got})") from None
 
 
 def _model_source(model):
@@ -165,7 +205,7 @@ def run_model(model, feeds, providers=("CPUExecutionProvider",)):
     """Run a model once with graph optimizations off; returns {output name: array}."""
     session = create(model, session_options("disable"), list(providers))
     names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(names, feeds)))
+    return dict(zip(names, run_session(session, names, feeds)))
 
 
 def run_node(op_type, inputs, attributes=None, domain="", opset=17, outputs=1):

@@ -79,6 +79,8 @@ def numeric_gradient(model, x_names, loss_name, feeds, delta=DELTA, max_elements
     values = _values(graph, feeds, x_names)
     graph.inputs += [x for x in x_names if x not in graph.inputs]  # initializers become overridable
     graph.outputs = [loss_name]
+    from ortlab.session import run_session
+
     session = _session(graph.to_model())
     base = {**{k: np.asarray(v) for k, v in feeds.items()}, **values}
     grads = {}
@@ -92,7 +94,7 @@ def numeric_gradient(model, x_names, loss_name, feeds, delta=DELTA, max_elements
             for sign in (1, -1):
                 moved = value.copy()
                 moved[index] += sign * delta
-                runs.append(float(session.run(None, {**base, x: moved})[0]))
+                runs.append(float(np.asarray(run_session(session, None, {**base, x: moved})[0])))
             grad[index] = (runs[0] - runs[1]) / (2 * delta)
         grads[x] = grad
     return grads

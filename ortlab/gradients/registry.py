@@ -33,12 +33,18 @@ class UnknownGradientError(OrtlabError):
 
 
 def _domain(domain):
-    return "" if domain in ("", "ai.onnx") else domain
+    return "" if domain in ("", "ai.onnx", None) else domain
 
 
 def register_gradient(op_type, domain=""):
     """Decorator: register `builder(b)` as the gradient of `op_type` (REGISTER_GRADIENT_BUILDER)."""
+    if not isinstance(op_type, str) or not op_type:
+        raise OrtlabError(f"register_gradient() takes the op type as a non-empty str, not {op_type!r}")
+
     def decorate(builder):
+        if not callable(builder):
+            raise OrtlabError(f"register_gradient('{op_type}') decorates a builder function `f(b)`, "
+                              f"not {type(builder).__name__}")
         GRADIENT_BUILDERS[(op_type, _domain(domain))] = builder
         return builder
     return decorate

@@ -174,6 +174,9 @@ class Graph:
         return [n for n in self._nodes if n is not None]
 
     def node(self, index):
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise GraphError(f"node() takes a node index (an int), not {type(index).__name__} {index!r}; "
+                             "find a node by name with [n for n in graph.nodes() if n.name == ...]")
         node = self._nodes[index] if 0 <= index < len(self._nodes) else None
         if node is None:
             raise GraphError(f"no node with index {index} (removed, or never added); "
@@ -186,8 +189,20 @@ class Graph:
 
     def add_node(self, op_type, inputs, outputs, name="", domain="", _attributes=(), _doc="",
                  **attributes):
-        """Add a node (attributes as keyword arguments); returns it. Its index is the next free one."""
-        attrs = list(_attributes) + [helper.make_attribute(k, v) for k, v in attributes.items()]
+        """Add a node (attributes as keyword arguments); returns it. Its index is the next free one.
+
+        inputs, outputs: lists of value names ('' for an absent optional one); one str is one name."""
+        inputs, outputs = _names(inputs, "inputs", op_type), _names(outputs, "outputs", op_type)
+        if not isinstance(op_type, str) or not op_type:
+            raise GraphError(f"add_node() takes the op type as a non-empty str, not {op_type!r}")
+        attrs = list(_attributes)
+        for k, v in attributes.items():
+            try:
+                attrs.append(helper.make_attribute(k, v))
+            except Exception as exc:
+                raise GraphError(f"attribute {k}={v!r} of the new {op_type} node is not an ONNX attribute "
+                                 f"value ({str(exc).strip().splitlines()[0][:120]}); use an int, float, str, "
+                                 "a list of one of those, a TensorProto or a GraphProto") from None
         node = Node(self, len(self._nodes), op_type,
                     [self.get_or_create_node_arg(i) for i in inputs],
                     [self.get_or_create_node_arg(o) for o in outputs],
@@ -232,6 +247,13 @@ class Graph:
         self._rewire(node, node.outputs, self._producers, index, name)
 
     def _rewire(self, node, args, table, slot, name):
+        if not isinstance(slot, int) or not 0 <= slot < len(args):
+            which = "input" if args is node.inputs else "output"
+            listed = ", ".join(a.name or "''" for a in args)
+            raise GraphError(f"node {_label(node)} has no {which} {slot!r}: it has {len(args)} "
+                             f"({listed}), numbered from 0")
+        if not isinstance(name, str):
+            raise GraphError(f"a value name is a str, not {type(name).__name__} {name!r}")
         self._unlink(table, args[slot].name, node.index)
         args[slot] = self.get_or_create_node_arg(name)
         self._link(table, name, node.index)
@@ -254,8 +276,15 @@ class Graph:
 
     def add_initializer(self, name, value):
         """Add (or replace) an initializer from a numpy array or a TensorProto."""
-        tensor = value if isinstance(value, onnx.TensorProto) else numpy_helper.from_array(
-            np.asarray(value), name)
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"an initializer needs a name (a non-empty str), not {name!r}")
+        try:
+            tensor = value if isinstance(value, onnx.TensorProto) else numpy_helper.from_array(
+                np.asarray(value), name)
+        except Exception as exc:
+            raise GraphError(f"initializer '{name}': {type(value).__name__} is not a tensor value "
+                             f"({type(exc).__name__}); pass a numpy array (numbers, bools or strings) or "
+                             "an onnx.TensorProto") from None
         tensor.name = name
         self.initializers[name] = tensor
         arg = self.get_or_create_node_arg(name)
@@ -268,6 +297,9 @@ class Graph:
             self.inputs.remove(name)
 
     def initializer_value(self, name):
+        if name not in self.initializers:
+            raise GraphError(f"no initializer named {name!r}; initializers: {sorted(self.initializers)[:10]}"
+                             f"{'...' if len(self.initializers) > 10 else ''}")
         return numpy_helper.to_array(self.initializers[name])
 
     # --- Resolve -----------------------------------------------------------------------------
@@ -408,10 +440,10 @@ class Graph:
             node = nodes.get(match.group(2))
             where = _label(node) if node is not None else f"a {match.group(1)} node"
             reason = match.group(3).strip()
+            inputs = ", ".join(f"{a.name} {_describe(a)}" for a in node.inputs if a.exists()) if node else "?"
             raise GraphError(f"node {where}: type and shape inference fails, so ORT refuses the "
-                             f"model: {reason}; check the shapes and types of its inputs "
-                             f"({', '.join(node.input_names) if node else '?'}) and its "
-                             "attributes") from None
+                             f"model: {reason}; check the shapes and types of its inputs ({inputs}) "
+                             "and its attributes") from None
 
     def _infer_shapes(self):
         try:
@@ -451,6 +483,28 @@ class Graph:
                 f"outputs={self.outputs}, {len(self.initializers)} initializers)")
 
 
+def _names(names, what, op_type):
+    """A list of value names: one str is one name (not its letters)."""
+    if isinstance(names, str):
+        return [names]
+    try:
+        names = list(names)
+    except TypeError:
+        raise GraphError(f"{what} of the new {op_type} node must be a list of value names, not "
+                         f"{type(names).__name__}") from None
+    bad = [n for n in names if not isinstance(n, str)]
+    if bad:
+        raise GraphError(f"{what} of the new {op_type} node must be value names (str; '' for an absent "
+                         f"optional one), got {bad[0]!r}")
+    return names
+
+
+def _describe(arg):
+    """'float32[2, 3]' (or '?' parts where unknown) for messages."""
+    shape = "[?]" if arg.shape is None else "[" + ", ".join("?" if d is None else str(d) for d in arg.shape) + "]"
+    return f"{arg.dtype or '?'}{shape}"
+
+
 def _label(node):
     return f"'{node.name}' (#{node.index} {node.op_type})" if node.name else f"#{node.index} {node.op_type} (no name)"
 
@@ -478,6 +532,8 @@ def load_model(path):
     if not isinstance(path, (str, Path)):
         raise GraphError(f"load_model() takes a path (str or pathlib.Path), not {type(path).__name__}")
     path = Path(path)
+    if path.is_dir():
+        raise GraphError(f"{path} is a folder, not a model file; give the path of the .onnx file")
     if not path.is_file():
         raise GraphError(f"{path}: no such model file")
     try:

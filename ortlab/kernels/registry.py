@@ -15,7 +15,7 @@ class KernelNotFound(OrtlabError):
 
 
 def key_of(op_type, domain=""):
-    return op_type, ("" if domain in ("", "ai.onnx") else domain)
+    return op_type, ("" if domain in ("", "ai.onnx", None) else domain)
 
 
 def register_kernel(cls=None, *, override=False):

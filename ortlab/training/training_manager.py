@@ -176,6 +176,19 @@ def _session(model, providers, level):
     return session.create(model, session.session_options(level), providers)
 
 
+def _run(session, fetches, feeds, which):
+    """session.run, with ORT's run-time error (a shape the export's graph cannot take...) as a
+    TrainingGraphError: the same module is then wrong in PyTorch too, or the export fixed a size."""
+    from ortlab.session import SessionError, run_session
+
+    try:
+        return run_session(session, fetches, feeds)
+    except SessionError as exc:
+        raise TrainingGraphError(f"ORT's {which} run failed: {exc}; check the input against what "
+                                 "the module expects (PyTorch would fail on it too), or whether the "
+                                 "export baked in a size") from None
+
+
 class TrainingManager:
     """The two sessions of one export and one set of trainable values, and how to feed them.
 
@@ -207,7 +220,7 @@ class TrainingManager:
     def run_forward(self, tensors):
         """Module outputs (numpy) and the stash {name: array} the backward will need."""
         feeds = {n: to_numpy(t) for n, t in zip(self.feed_names, tensors) if n in self._forward_feeds}
-        values = self.forward_session.run(self._fetches, feeds)
+        values = _run(self.forward_session, self._fetches, feeds, "forward")
         by_name = dict(zip(self._fetches, values))
         return values[:len(self.outputs)], {s: by_name[s] for s in self.split.stashed}
 
@@ -222,7 +235,7 @@ class TrainingManager:
             feeds[grad_name] = to_numpy(grads_by_output[output])
         names = [self.split.gradients[x] for x in self.x_names]
         feeds = {n: v for n, v in feeds.items() if n in self._backward_feeds}
-        values = dict(zip(self.x_names, self.backward_session.run(names, feeds)))
+        values = dict(zip(self.x_names, _run(self.backward_session, names, feeds, "backward")))
         return [torch.from_numpy(values[n]).to(given[n].device, given[n].dtype) if n in values else None
                 for n in self.feed_names]
 
@@ -238,5 +251,5 @@ class InferenceManager:
 
     def run(self, tensors):
         device = next((t.device for t in tensors), torch.device("cpu"))
-        values = self.session.run(self.outputs, dict(zip(self.feed_names, map(to_numpy, tensors))))
+        values = _run(self.session, self.outputs, dict(zip(self.feed_names, map(to_numpy, tensors))), "forward")
         return [torch.from_numpy(v).to(device) for v in values]
