@@ -185,3 +185,8 @@ def test_the_model_cache_is_removed_at_exit(tmp_path):
     assert out.returncode == 0, out.stderr
     folder = Path(out.stdout.strip().splitlines()[-1])
     assert folder.name.startswith("ortlab-netron-") and not folder.exists()
+
+
+def test_a_table_prints_any_header_and_cells():
+    table = viz.Table(("step", 0, 10), [("loss", 2.5, None)])
+    assert repr(table).splitlines() == ["step  0    10", "----  ---  ----", "loss  2.5  None"]

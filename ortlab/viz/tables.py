@@ -20,7 +20,7 @@ class Table:
         return cls(header, [tuple(r.get(h, "") for h in header) for r in rows])
 
     def __repr__(self):
-        cells = [self.header] + [tuple(str(c) for c in r) for r in self.rows]
+        cells = [tuple(str(h) for h in self.header)] + [tuple(str(c) for c in r) for r in self.rows]
         widths = [max(len(r[i]) for r in cells) for i in range(len(self.header))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
         lines.insert(1, "  ".join("-" * w for w in widths))
