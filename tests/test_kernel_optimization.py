@@ -89,7 +89,7 @@ def test_gpu_only_helpers_have_a_labelled_cpu_path():
     rows = roofline.copy_costs(1 << 20)
     if kernel_device() == "cpu":
         assert [r["copy"] for r in rows] == ["host -> host (no GPU here)"]
-        with pytest.raises(RuntimeError, match="on CPU use block_sweep"):
+        with pytest.raises(RuntimeError, match="autotune under the interpreter fails: .*on CPU use block_sweep"):
             opt.autotune_gelu_grad(1000)
     else:
         assert {r["copy"] for r in rows} >= {"host (pinned) -> GPU", "GPU -> GPU"}
@@ -100,3 +100,40 @@ def test_block_sweep_counts_programs_and_masked_lanes():
     rows = opt.block_sweep(1000, [128, 1024])
     assert rows[0]["programs"] == 8 and rows[0]["masked lanes"] == 24   # 8 * 128 - 1000
     assert rows[1]["programs"] == 1 and rows[1]["masked lanes"] == 24
+
+
+def test_measured_rates_are_labelled_not_zero_on_cpu():
+    # on CPU (Triton's interpreter) a GB/s from Python's time would print 0.0: labelled instead
+    assert roofline.rates(1e9, 2e9, 1.0, on_gpu=False) == {"GB/s": roofline.NA_ON_CPU, "GFLOP/s": roofline.NA_ON_CPU}
+    assert roofline.rates(1e9, 2e9, 1.0, on_gpu=True) == {"GB/s": 1000.0, "GFLOP/s": 2000.0}
+    x = np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32)
+    row = roofline.benchmark("Softmax", [x])
+    assert row["MB moved"] == round(roofline.cost("Softmax", [x]).bytes / 1e6, 3) and row["MFLOP"] > 0
+    if kernel_device() == "cpu":
+        assert row["GB/s"] == row["GFLOP/s"] == "n/a on CPU (interpreter)"
+        assert row["floor on H100 (us, datasheet)"] == round(roofline.cost("Softmax", [x]).floor_us(H100), 3)
+    else:
+        assert isinstance(row["GB/s"], float) and row["GB/s"] > 0
+
+
+def test_fusion_timings_label_cpu_rates_and_give_analytic_bytes_and_floor():
+    rows = opt.fusion_timings((4, 32), H100, "H100 datasheet")
+    assert [r["kernel"] for r in rows] == ["softmax naive", "softmax fused", "softmax torch",
+                                           "layernorm naive", "layernorm fused", "layernorm torch"]
+    for r in rows:
+        version, op = r["kernel"].split()[1], r["kernel"].split()[0]
+        moved = opt.traffic(4, 32, "naive" if version == "naive" else "fused", op)
+        assert r["MB moved"] == round(moved / 1e6, 3) and r["median ms"] > 0
+        assert r["floor (us, H100 datasheet)"] == round(1e6 * moved / H100["bandwidth"], 3)
+        if kernel_device() == "cpu":
+            assert r["GB/s"] == r["% of peak"] == roofline.NA_ON_CPU
+            assert r["timed on"].startswith("CPU")
+        else:
+            assert r["GB/s"] > 0 and r["timed on"] == "GPU (CUDA events)"
+
+
+def test_bench_labels_cpu_bandwidth():
+    rows = bench.bandwidth_rows([(4, 32)], H100["bandwidth"])
+    assert len(rows) == 4
+    if kernel_device() == "cpu":
+        assert {(r["GB/s"], r["% of copy peak"]) for r in rows} == {(roofline.NA_ON_CPU, roofline.NA_ON_CPU)}

@@ -1,6 +1,7 @@
 """Profiles from ORT and torch read into one shape, and the seed-004 graph doctor on graphs built to
 hold each finding (and on one that holds none)."""
 import json
+import shutil
 
 import matplotlib
 import numpy as np
@@ -114,8 +115,8 @@ def _n(op, inputs, outputs, name, **attrs):
 CASES = {
     "memcpy": ([_n("MemcpyToHost", ["X"], ["h"], "to_host"), _n("Clip", ["h"], ["c"], "clip"),
                 _n("MemcpyFromHost", ["c"], ["Y"], "from_host")], {"to_host", "clip", "from_host"}),
-    "cast_sandwich": ([_n("Cast", ["X"], ["a"], "c1", to=10), _n("Gelu", ["a"], ["b"], "gelu"),
-                       _n("Cast", ["b"], ["Y"], "c2", to=1)], {"gelu"}),
+    "cast_sandwich": ([_n("Cast", ["X"], ["a"], "c1", to=1), _n("Gelu", ["a"], ["b"], "gelu"),
+                       _n("Cast", ["b"], ["Y"], "c2", to=10)], {"gelu"}),
     "unfused_layer_norm": ([_n("Pow", ["X", "X"], ["Y"], "pow")], {"pow"}),
     "unfused_gelu": ([_n("Erf", ["X"], ["Y"], "erf")], {"erf"}),
     "standalone_matmul": ([_n("Transpose", ["X"], ["t"], "tr"), _n("MatMul", ["t", "X"], ["m"], "mm1"),
@@ -181,3 +182,113 @@ def test_plan_table_lists_each_nodes_output_bytes_in_execution_order():
     assert table.rows[-1][4] == sum(r[3] for r in table.rows)
     with pytest.raises(ProfileError, match="no session runs"):
         profiling.plan_table(Profile("empty", []))
+
+
+def test_cast_sandwich_follows_the_float_nodes_between_a_cast_up_and_the_nearest_cast_down():
+    bf16, f32 = TensorProto.BFLOAT16, TensorProto.FLOAT
+    nodes = [_n("Cast", ["X"], ["x32"], "up", to=f32),                      # from a bfloat16 MatMul, say
+             _n("Add", ["x32", "R"], ["s"], "residual"), _n("ReduceMean", ["s"], ["m"], "mean"),
+             _n("Sub", ["s", "m"], ["d"], "sub"), _n("Pow", ["d", "R"], ["p"], "pow"),
+             _n("Div", ["d", "p"], ["n"], "div"), _n("Cast", ["n"], ["n16"], "down", to=bf16),
+             _n("Shape", ["s"], ["shape"], "shape"),                        # not on the way to the Cast down
+             _n("Relu", ["n16"], ["r"], "relu"), _n("Cast", ["r"], ["Y"], "up2", to=f32)]
+    findings = diagnose(_graph(nodes, inputs=("X", "R"), outputs=("Y", "shape")), ["cast_sandwich"]).findings
+    assert [(f.check, f.node, f.op_type) for f in findings] == [("cast_sandwich", "residual", "Add")]
+    assert findings[0].message == "5 nodes in float from up to down (Cast to bfloat16): Add, ReduceMean, Sub, Pow, Div"
+    # the other way round (a bfloat16 node between a Cast down and a Cast up) is the narrow compute itself
+    narrow = [_n("Cast", ["X"], ["a"], "c1", to=bf16), _n("Gelu", ["a"], ["b"], "gelu"), _n("Cast", ["b"], ["Y"], "c2", to=f32)]
+    assert diagnose(_graph(narrow)).findings == []
+    # a Cast down with no Cast up before it (float from the graph input) is no sandwich
+    plain = [_n("Relu", ["X"], ["a"], "relu"), _n("Cast", ["a"], ["Y"], "down", to=bf16)]
+    assert diagnose(_graph(plain)).findings == []
+
+
+def test_cast_sandwich_on_a_bfloat16_autocast_export():
+    module = models.get("bert", dropout=0.0).eval()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        exported = models.export(module, module.example_inputs()[:1])
+    casts = [n for n in exported.graph.node if n.op_type == "Cast"]
+    to = {n.name: next(a.i for a in n.attribute if a.name == "to") for n in casts}
+    findings = diagnose(exported, ["cast_sandwich"]).findings
+    ups = sorted(n for n, t in to.items() if t == TensorProto.FLOAT)
+    assert len(ups) == 4 and len(findings) == 4  # after each residual branch: back to float, then down again
+    assert sorted(f.message.split(" from ")[1].split(" to ")[0] for f in findings) == ups
+    assert all("(Cast to bfloat16): Add, ReduceMean, Sub, Pow" in f.message for f in findings)  # Add + LayerNorm
+
+
+# --- the external profilers -------------------------------------------------------------------
+
+def _fake_tool(directory, name, script):
+    path = directory / name
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+
+
+def test_tool_table_is_the_same_everywhere_and_corrects_nvprof():
+    table = profiling.tool_table()
+    rows = {r[0]: r for r in table.rows}
+    assert list(rows) == ["nsys", "ncu", "nvprof", "perf"]
+    assert rows["nvprof"][2] == "a GPU of compute capability < 8.0"
+    assert all("python train.py" in r[3] for r in table.rows)
+
+
+def test_run_tools_prints_what_this_machine_cannot_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no tool installed
+    runs = {r.tool: r for r in profiling.run_tools(target=["true"], gpu=None, workdir=str(tmp_path))}
+    assert not any(r.ran for r in runs.values())
+    assert runs["perf"].why == "printed, not run: perf is not installed here"
+    assert runs["nsys"].why == "printed, not run: no GPU here (nothing for it to record)"
+    assert runs["nsys"].command.startswith("nsys profile -t cuda,nvtx") and runs["nsys"].command.endswith(" true")
+    assert profiling.runs_table(list(runs.values())).rows[3] == ("perf", "printed", runs["perf"].why)
+
+
+def test_run_tools_runs_installed_tools_and_says_why_nvprof_is_skipped(tmp_path, monkeypatch):
+    for tool in ("nsys", "ncu", "nvprof"):
+        _fake_tool(tmp_path, tool, f'echo "{tool} ran: $@"\n')
+    # a perf without hardware counters: stat says <not supported>; record writes -o; report prints a table
+    _fake_tool(tmp_path, "perf", 'case "$1" in\n'
+               '  stat) echo "   <not supported>      instructions" >&2 ;;\n'
+               '  record) shift; while [ "$1" != "-o" ]; do shift; done; echo data > "$2" ;;\n'
+               '  report) echo "# header"; echo "    75.00%  libfake.so" ;;\n'
+               'esac\n')
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    h100 = ("NVIDIA H100", (9, 0))
+    runs = {r.tool: r for r in profiling.run_tools(target=["true"], gpu=h100, workdir=str(tmp_path))}
+    assert runs["nsys"].ran and runs["ncu"].ran and runs["nsys"].why == "ran (exit 0)"
+    assert runs["ncu"].output.startswith("ncu ran: --set full -k regex:layer_norm -c 1 true")
+    assert not runs["nvprof"].ran and "compute capability 9.0; nvprof supports only < 8.0" in runs["nvprof"].why
+    assert runs["perf"].ran and "-e cpu-clock" in runs["perf"].command and "cpu-clock software event" in runs["perf"].why
+    assert runs["perf"].output == "75.00%  libfake.so".rjust(len("    75.00%  libfake.so"))
+    v100 = ("Tesla V100", (7, 0))
+    runs = {r.tool: r for r in profiling.run_tools(target=["true"], gpu=v100, workdir=str(tmp_path))}
+    assert runs["nvprof"].ran and runs["nvprof"].output.startswith("nvprof ran: --print-gpu-summary")
+
+
+def test_run_tools_reports_a_failing_tool(tmp_path, monkeypatch):
+    _fake_tool(tmp_path, "nsys", 'echo "no permission" >&2; exit 3\n')
+    monkeypatch.setenv("PATH", str(tmp_path))
+    runs = {r.tool: r for r in profiling.run_tools(target=["true"], gpu=("GPU", (9, 0)), workdir=str(tmp_path))}
+    assert runs["nsys"].ran and runs["nsys"].why == "ran (exit 3)" and runs["nsys"].output == "no permission"
+    assert runs["ncu"].why == "printed, not run: a GPU (GPU) but ncu is not installed here"
+
+
+@pytest.mark.skipif(shutil.which("perf") is None, reason="perf is not installed on this machine")
+def test_run_tools_runs_the_real_perf_here():
+    runs = {r.tool: r for r in profiling.run_tools(gpu=None)}
+    perf = runs["perf"]
+    assert perf.ran and perf.command.startswith("perf record -e ")
+    if perf.why.startswith("ran: "):  # perf_event_paranoid may forbid it: then the failure is reported
+        assert "%" in perf.output
+
+
+def test_cast_targets_counts_casts_by_type():
+    nodes = [_n("Cast", ["X"], ["a"], "c1", to=TensorProto.BFLOAT16), _n("Cast", ["a"], ["b"], "c2", to=TensorProto.FLOAT),
+             _n("Cast", ["b"], ["Y"], "c3", to=TensorProto.BFLOAT16), _n("Relu", ["X"], ["Z"], "r")]
+    assert profiling.cast_targets(_graph(nodes, outputs=("Y", "Z"))) == {"bfloat16": 2, "float": 1}
+
+
+def test_print_runs_says_what_ran(capsys):
+    profiling.print_runs([profiling.ToolRun("perf", "perf record x", True, "ran: ok", "  50.00%  libx.so"),
+                          profiling.ToolRun("nsys", "nsys profile x", False, "printed, not run: no GPU here")])
+    assert capsys.readouterr().out == ("perf: ran: ok\n  $ perf record x\n    50.00%  libx.so\n"
+                                       "nsys: printed, not run: no GPU here\n  $ nsys profile x\n")

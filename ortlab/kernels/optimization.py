@@ -107,6 +107,46 @@ def traffic(rows, cols, version, op, itemsize=4):
     return table[(op, version)]
 
 
+def fusion_timings(shape, peaks, peaks_name="measured", on_gpu=None):
+    """Naive, fused and torch's softmax and LayerNorm on a `shape` input: measured median ms, analytic
+    MB moved, and the floor on the memory slope of `peaks` (named `peaks_name` in its column). On a
+    GPU (CUDA events) also the achieved GB/s and its % of `peaks`' bandwidth; on CPU (Triton
+    interpreted, torch native) those two read roofline.NA_ON_CPU: pass a datasheet GPU's peaks."""
+    from ortlab.env import kernel_device
+    from ortlab.kernels.layer_norm import LayerNormalization
+    from ortlab.kernels.roofline import NA_ON_CPU, cuda_time_ms, wall_time_ms
+    from ortlab.kernels.softmax import row_softmax
+
+    on_gpu = kernel_device() == "cuda" if on_gpu is None else on_gpu
+    device = "cuda" if on_gpu else "cpu"
+    x = torch.randn(*shape, device=device)
+    scale, bias = torch.randn(shape[1], device=device), torch.randn(shape[1], device=device)
+    ln = LayerNormalization()
+    timer = cuda_time_ms if on_gpu else (lambda fn: wall_time_ms(fn, warmup=0, repeat=1))
+    cases = [("softmax naive", lambda: naive_softmax(x), "naive", "softmax"),
+             ("softmax fused", lambda: row_softmax(x), "fused", "softmax"),
+             ("softmax torch", lambda: torch.softmax(x, -1), "fused", "softmax"),
+             ("layernorm naive", lambda: naive_layer_norm(x, scale, bias), "naive", "layernorm"),
+             ("layernorm fused", lambda: ln.compute(x, scale, bias), "fused", "layernorm"),
+             ("layernorm torch", lambda: torch.nn.functional.layer_norm(x, shape[1:], scale, bias), "fused",
+              "layernorm")]
+    rows = []
+    for name, fn, version, op in cases:
+        ms = timer(fn)
+        moved = traffic(*shape, version, op)
+        if on_gpu:
+            gbs = moved / (ms * 1e-3) / 1e9
+            achieved = {"GB/s": round(gbs, 1), "% of peak": round(100 * gbs * 1e9 / peaks["bandwidth"], 1)}
+        else:
+            achieved = {"GB/s": NA_ON_CPU, "% of peak": NA_ON_CPU}
+        rows.append({"kernel": name, "shape": tuple(shape), "median ms": round(ms, 3),
+                     "MB moved": round(moved / 1e6, 3), **achieved,
+                     f"floor (us, {peaks_name})": round(1e6 * moved / peaks["bandwidth"], 3),
+                     "timed on": "GPU (CUDA events)" if on_gpu
+                     else "CPU: Triton interpreted, torch native (not GPU figures)"})
+    return rows
+
+
 # -- multi-tensor apply: SGD with momentum over many parameter tensors --------------------
 @triton.jit
 def sgd_momentum_kernel(p_ptr, g_ptr, m_ptr, n, lr, momentum, BLOCK: tl.constexpr):
@@ -157,7 +197,7 @@ def block_sweep(n, blocks, timer=None):
         programs = triton.cdiv(n, block)
         idle = programs * block - n
         row = {"BLOCK": block, "programs": programs, "masked lanes": idle,
-               "lanes wasted %": round(100 * idle / (programs * block), 1)}
+               "lanes wasted %": round(100 * idle / (programs * block), 2)}
         if timer is not None:
             row["median ms"] = round(timer(block), 4)
         rows.append(row)
@@ -176,18 +216,25 @@ def gelu_grad_timer(n):
 
 
 def autotune_gelu_grad(n, blocks=(256, 1024, 4096), warps=(4, 8)):
-    """triton.autotune over BLOCK and num_warps for GeluGrad's kernel on n elements (GPU only:
-    Triton 3.2's interpreter has no benchmarker). Returns the winning config as a dict."""
+    """triton.autotune over BLOCK and num_warps for GeluGrad's kernel on n elements. Returns the
+    winning config as a dict. It times each config with the GPU driver's benchmarker, which Triton
+    3.2's interpreter lacks: on CPU the attempt fails, and the RuntimeError says so with Triton's own
+    error."""
     from ortlab.env import kernel_device
     from ortlab.kernels.gelu import gelu_grad_kernel
 
-    if kernel_device() != "cuda":
-        raise RuntimeError("triton.autotune times configs on a GPU; on CPU use block_sweep's analytic table")
+    device = kernel_device()
     configs = [triton.Config({"BLOCK": b}, num_warps=w) for b in blocks for w in warps]
-    tuned = triton.autotune(configs=configs, key=["n"])(gelu_grad_kernel)
-    dy, x = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    dy, x = torch.randn(n, device=device), torch.randn(n, device=device)
     dx = torch.empty_like(x)
-    tuned[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](dy, x, dx, n)
+    try:
+        tuned = triton.autotune(configs=configs, key=["n"])(gelu_grad_kernel)
+        tuned[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](dy, x, dx, n)
+    except RuntimeError as error:
+        if device == "cuda":
+            raise
+        raise RuntimeError(f"triton.autotune under the interpreter fails: {error} (it times each config with "
+                           "the GPU driver's benchmarker); on CPU use block_sweep's analytic table") from None
     best = tuned.best_config
     return {"BLOCK": best.kwargs["BLOCK"], "num_warps": best.num_warps,
             "configs tried": len(configs)}

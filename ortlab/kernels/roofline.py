@@ -26,6 +26,11 @@ DATASHEET = {
     "A100 SXM 80GB (datasheet)": {"bandwidth": 2.039e12, "flops": 19.5e12},
 }
 
+# What a measured rate column holds on CPU, where Triton's interpreter (Python) does the timing: a
+# GB/s or a share of a GPU's peak computed from it would read as a broken GPU (0.0), so it is not shown.
+NA_ON_CPU = "n/a on CPU (interpreter)"
+H100 = "H100 SXM (datasheet)"
+
 # Where bytes travel, in bytes per second (datasheet figures, one direction).
 LINKS = {"PCIe 4.0 x16 (host <-> GPU)": 32e9, "PCIe 5.0 x16 (host <-> GPU)": 64e9,
          "NVLink 4 (GPU <-> GPU)": 450e9, "H100 HBM3 (on the GPU)": 3.35e12}
@@ -116,18 +121,30 @@ def measure_peaks(copy_bytes=1 << 30, matmul_n=8192):
     return {"bandwidth": 2 * copy_bytes / (copy_ms * 1e-3), "flops": 2 * matmul_n**3 / (mm_ms * 1e-3)}
 
 
+def rates(nbytes, flops, ms, on_gpu):
+    """Achieved GB/s and GFLOP/s of a kernel that moved `nbytes` and did `flops` in `ms`; on CPU
+    (Triton's interpreter) NA_ON_CPU for both, since Python's time says nothing about a GPU."""
+    if not on_gpu:
+        return {"GB/s": NA_ON_CPU, "GFLOP/s": NA_ON_CPU}
+    return {"GB/s": round(nbytes / (ms * 1e-3) / 1e9, 1), "GFLOP/s": round(flops / (ms * 1e-3) / 1e9, 1)}
+
+
 def benchmark(op_type, inputs, attributes=None, domain="", kernel_fn=None):
-    """Median time of ortlab's kernel on device-resident inputs, and the achieved GB/s and
-    GFLOP/s. On CPU the time is the interpreter's and is flagged as meaningless for a GPU."""
+    """Median time of ortlab's kernel on device-resident inputs, its analytic bytes and FLOPs, and on
+    a GPU the achieved GB/s and GFLOP/s. On CPU the time is the interpreter's: the rates read
+    NA_ON_CPU and the roofline floor on an H100's datasheet figures stands beside it."""
     kernel, arrays = bind(op_type, inputs, domain, **(attributes or {}))
     tensors = [to_device(a) for a in arrays]
     fn = kernel_fn or (lambda: kernel.compute(*tensors))
     c = cost(op_type, arrays, attributes, domain)
     on_gpu = kernel_device() == "cuda"
     ms = cuda_time_ms(fn) if on_gpu else wall_time_ms(fn)
-    return {"op": op_type, "inputs": c.shapes, "median ms": round(ms, 4),
-            "GB/s": round(c.bytes / (ms * 1e-3) / 1e9, 1), "GFLOP/s": round(c.flops / (ms * 1e-3) / 1e9, 1),
-            "timed on": "GPU (CUDA events)" if on_gpu else "CPU interpreter: not a GPU figure"}
+    row = {"op": op_type, "inputs": c.shapes, "MB moved": round(c.bytes / 1e6, 3), "MFLOP": round(c.flops / 1e6, 3),
+           "median ms": round(ms, 4), **rates(c.bytes, c.flops, ms, on_gpu),
+           "timed on": "GPU (CUDA events)" if on_gpu else "CPU interpreter: not a GPU figure"}
+    if not on_gpu:
+        row["floor on H100 (us, datasheet)"] = round(c.floor_us(DATASHEET[H100]), 3)
+    return row
 
 
 def roofline_plot(costs, peaks, achieved=None, title="roofline", ax=None):

@@ -3,7 +3,11 @@
 Each check is one registered function that looks at one graph and returns findings:
 - memcpy: Memcpy nodes (ideally none), and nodes sandwiched by MemcpyToHost / MemcpyFromHost
   (a missing kernel on the device);
-- cast_sandwich: a node whose inputs come from Casts and whose outputs go to Casts;
+- cast_sandwich: nodes that run in a wide float type between a Cast up to it (to float or double) and
+  a Cast back down to a narrow one (float16, bfloat16): what autocast, Apex O1 and DeepSpeed fp16
+  leave around ops they keep in fp32 (LayerNorm, the residual Add, ...); with a narrow-type kernel
+  for them (ORT's fp16-safe LayerNorm, Gelu) both Casts go. One finding per Cast down, naming its
+  nearest Casts up and the nodes in between;
 - unfused_layer_norm: a Pow node, where a LayerNorm subgraph starts ("search for Pow");
 - unfused_gelu: an Erf node, where a GELU subgraph starts;
 - standalone_matmul: a MatMul that a leading Transpose/scale could have made FusedMatMul, or a
@@ -13,7 +17,7 @@ Each check is one registered function that looks at one graph and returns findin
 The seed says where to look: LayerNorm and GELU in *_optimized_pre_grad_*, the rest in
 *_execution_model_*; `diagnose_dumps` follows it.
 """
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass
 
 import onnx
@@ -79,15 +83,61 @@ def memcpy(graph, uses):
     return found
 
 
+WIDE_FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE}
+NARROW_FLOATS = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+
+
+def _cast_to(node):
+    return next((a.i for a in node.attribute if a.name == "to"), None) if node.op_type == "Cast" else None
+
+
+def _type_name(to):
+    return onnx.TensorProto.DataType.Name(to).lower()
+
+
+def _reach(start, step, stop):
+    """Nodes reachable from `start` through `step` (node -> nodes), not entering nodes where `stop` holds;
+    {id(node): (distance, node)}."""
+    seen, frontier = {}, deque([(0, start)])
+    while frontier:
+        distance, node = frontier.popleft()
+        for nxt in step(node):
+            if id(nxt) not in seen and not stop(nxt):
+                seen[id(nxt)] = (distance + 1, nxt)
+                frontier.append((distance + 1, nxt))
+    return seen
+
+
 @register_check
 def cast_sandwich(graph, uses):
+    is_cast = lambda n: n.op_type == "Cast"  # noqa: E731
+    order = {id(n): k for k, n in enumerate(graph.node)}
     found = []
-    for node in graph.node:
-        before, after = uses.before(node), uses.after(node)
-        if node.op_type != "Cast" and before and after and all(p.op_type == "Cast" for p in before) \
-                and all(c.op_type == "Cast" for c in after):
-            found.append(_finding("cast_sandwich", node, f"{node.op_type} sits between Casts: does ORT have a "
-                                  "kernel for the narrow type (fp16-safe LayerNorm, Gelu...)?"))
+    for down in graph.node:
+        if _cast_to(down) not in NARROW_FLOATS:
+            continue
+        # walk back over non-Cast nodes to the nearest Casts up to a wide float
+        before = _reach(down, uses.before, is_cast)
+        ups = {}
+        for distance, node in [(0, down)] + list(before.values()):
+            for p in uses.before(node):
+                if _cast_to(p) in WIDE_FLOATS:
+                    ups.setdefault(id(p), (distance, p))
+        if not ups:
+            continue
+        nearest = min(d for d, _ in ups.values())
+        ups = [p for d, p in ups.values() if d == nearest]
+        after = {}
+        for up in ups:
+            after.update(_reach(up, uses.after, is_cast))
+        between = sorted((n for k, (_, n) in before.items() if k in after), key=lambda n: order[id(n)])
+        if not between:
+            continue
+        ops = list(dict.fromkeys(n.op_type for n in between))
+        found.append(_finding("cast_sandwich", between[0],
+                              f"{len(between)} nodes in {_type_name(_cast_to(ups[0]))} from "
+                              f"{' and '.join(u.name or '(no name)' for u in ups)} to {down.name or '(no name)'} "
+                              f"(Cast to {_type_name(_cast_to(down))}): {', '.join(ops)}"))
     return found
 
 
@@ -165,6 +215,16 @@ def _model(model):
     if isinstance(model, str) or hasattr(model, "__fspath__"):
         return onnx.load(str(model))
     raise DoctorError(f"diagnose takes an onnx.ModelProto or a path, not {type(model).__name__}")
+
+
+def cast_targets(model):
+    """{type: number of Casts to it} in a model, e.g. {'bfloat16': 5, 'float': 4, 'int64': 1}
+    (seed 004: read a Cast's `to` as onnx.proto's TensorProto.DataType)."""
+    found = defaultdict(int)
+    for node in _model(model).graph.node:
+        if node.op_type == "Cast":
+            found[_type_name(next(a.i for a in node.attribute if a.name == "to"))] += 1
+    return dict(sorted(found.items()))
 
 
 def diagnose(model, checks=None, label="graph"):
