@@ -120,8 +120,9 @@ def _model_source(model):
 
     try:
         header = onnx.load(str(path), load_external_data=False)
-    except Exception:
-        return str(path)  # let ORT say what is wrong with the bytes
+    except Exception as exc:  # protobuf's DecodeError: not an ONNX model at all
+        raise SessionError(f"{path} is not an ONNX model (it does not parse as a ModelProto: "
+                           f"{type(exc).__name__}); is it the right file?") from None
     missing = missing_external_data(header, path.parent)
     if missing:
         tensor, file = missing[0]

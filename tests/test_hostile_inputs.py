@@ -81,3 +81,25 @@ def test_mini_ort_module_explains_an_input_its_graph_cannot_take():
     wrapped(torch.ones(2, 3))
     with pytest.raises(OrtlabError, match="ORT's forward run failed: .*Dimension mismatch"):
         wrapped(torch.ones(2, 4))
+
+
+def test_one_weight_name_to_train_is_one_name_not_letters():
+    from onnx import TensorProto, helper, numpy_helper
+
+    from ortlab.transformers.pre_training import optimize_for_training
+    w = numpy_helper.from_array(np.ones((2, 2), np.float32), "Wq")
+    graph = helper.make_graph([helper.make_node("Transpose", ["Wq"], ["Wt"]),
+                               helper.make_node("MatMul", ["X", "Wt"], ["Y"])], "g",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 2])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 2])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    optimized, _ = optimize_for_training(model, "Wq")
+    assert "Wq" in [i.name for i in optimized.graph.initializer]  # not folded into Transpose(Wq)
+    assert "Transpose" in [n.op_type for n in optimized.graph.node]
+
+
+def test_a_file_that_is_not_a_model_is_named(tmp_path):
+    path = tmp_path / "weights.onnx"
+    path.write_bytes(b"\x00\x01 not protobuf at all \xff" * 20)
+    with pytest.raises(OrtlabError, match="is not an ONNX model"):
+        session.create(path)

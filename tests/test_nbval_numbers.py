@@ -9,7 +9,7 @@ from tests.nbval_numbers import close_in_last_digit, snap_numbers
     ("0.9094", "0.9093", True), ("0.9092", "0.9093", True), ("0.9095", "0.9093", False),
     ("1.240", "1.238", False), ("1.818", "1.584", False), ("-0.000", "0.000", True),
     ("2.0e-07", "2.1e-07", True), ("2.0e-07", "2.0e-06", False), ("0.91", "0.909", False),
-    ("10.00", "9.99", True), ("1.0e+00", "1.0", False),
+    ("10.00", "9.99", True), ("1.0e+00", "1.0", False), ("5e593", "5e594", False),
 ])
 def test_one_unit_in_the_last_digit(test, ref, same):
     assert close_in_last_digit(test, ref) is same
@@ -50,3 +50,11 @@ def test_installed_into_nbvals_comparison():
     assert compare(Cell(), [stream("loss 0.9094\n"), result("x 1.001")], [stream("loss 0.9093\n"), result("x 1.000")])
     assert not compare(Cell(), [stream("loss 0.9104\n")], [stream("loss 0.9093\n")])
     assert not compare(Cell(), [result("7 nodes")], [result("8 nodes")])
+
+
+def test_images_are_left_alone():
+    from tests.nbval_numbers import _snap_output
+    test = {"output_type": "display_data", "data": {"image/png": "iVBOR5e593x", "text/plain": "loss 0.9094"}}
+    ref = {"output_type": "display_data", "data": {"image/png": "iVBOR5e594x", "text/plain": "loss 0.9093"}}
+    snapped = _snap_output(test, ref)
+    assert snapped["data"] == {"image/png": "iVBOR5e593x", "text/plain": "loss 0.9093"}

@@ -8,7 +8,7 @@
 """
 from ortlab.gradients import builders_elementwise, builders_nn, builders_tensor  # noqa: F401 (they register)
 from ortlab.gradients.builder_base import GradientBuilderBase, GradientBuilderError
-from ortlab.gradients.checker import GradientCheck, check_gradient, numeric_gradient
+from ortlab.gradients.checker import GradientCheck, GradientCheckError, check_gradient, numeric_gradient
 from ortlab.gradients.external import builder_from_definition, gradient_definition, register_ort_gradient
 from ortlab.gradients.graph_builder import GradientGraphBuilder, GradientGraphError, build_gradient_graph
 from ortlab.gradients.ort import OrtGradientError, ort_gradient_graph
@@ -16,6 +16,7 @@ from ortlab.gradients.registry import (GRADIENT_BUILDERS, STOP_GRADIENT_EDGES, U
                                        get_gradient_builder, register_gradient, using_gradient)
 
 __all__ = ["GRADIENT_BUILDERS", "STOP_GRADIENT_EDGES", "GradientBuilderBase", "GradientBuilderError",
+           "GradientCheckError",
            "GradientCheck", "check_gradient", "numeric_gradient",
            "GradientGraphBuilder", "GradientGraphError", "OrtGradientError", "UnknownGradientError",
            "build_gradient_graph", "builder_from_definition", "get_gradient_builder", "gradient_definition",

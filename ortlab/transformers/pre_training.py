@@ -36,8 +36,12 @@ ORT_PRE_TRAINING_TRANSFORMERS = [
 
 
 def pre_training_transformers(weights_to_train=(), steps=5):
-    """A manager holding ortlab's subset of ORT's pre-training transformers, all at level 1, in ORT's order."""
-    excluded = tuple(weights_to_train)
+    """A manager holding ortlab's subset of ORT's pre-training transformers, all at level 1, in ORT's order.
+
+    weights_to_train: the initializer names that must stay trainable (not folded, not shared);
+    one str is one name.
+    """
+    excluded = (weights_to_train,) if isinstance(weights_to_train, str) else tuple(weights_to_train)
     manager = GraphTransformerManager(steps)
     rules = RuleBasedGraphTransformer("Level1_RuleBasedTransformer", [CastElimination(), EliminateDropout()])
     for transformer in (ConstantSharing(excluded), LayerNormFusion(), CommonSubexpressionElimination(),
