@@ -190,3 +190,18 @@ def test_the_model_cache_is_removed_at_exit(tmp_path):
 def test_a_table_prints_any_header_and_cells():
     table = viz.Table(("step", 0, 10), [("loss", 2.5, None)])
     assert repr(table).splitlines() == ["step  0    10", "----  ---  ----", "loss  2.5  None"]
+
+
+def test_a_big_graph_is_drawn_as_a_thumbnail_without_constants():
+    from ortlab.viz import picture
+    nodes = [helper.make_node("Constant", [], ["c"], value=onnx.numpy_helper.from_array(np.ones(2, np.float32)))]
+    names = ["X"] + [f"h{i}" for i in range(picture.MAX_NODES + 30)]
+    nodes += [helper.make_node("Add", [a, "c"], [b]) for a, b in zip(names, names[1:])]
+    graph = helper.make_graph(nodes, "long", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info(names[-1], TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph)
+    boxes, _ = picture.layout(model)
+    assert [b.label for b in boxes].count("Add") == picture.MAX_NODES and "Constant" not in [b.label for b in boxes]
+    svg = picture.to_svg(model)
+    assert "and 30 more nodes" in svg and len(svg) < 100_000
+    assert len(picture.to_png(model)) < 400_000
