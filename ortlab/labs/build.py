@@ -71,6 +71,11 @@ def exercises_in(nb):
     lab = nb.metadata.get("ortlab", {}).get("lab")
     if lab:
         return list(lab["exercises"])
+    return marker_ids(nb)
+
+
+def marker_ids(nb):
+    """The exercise ids of a notebook's `# BEGIN SOLUTION <id>` markers, in order."""
     ids = []
     for cell in nb.cells:
         if cell.cell_type == "code":

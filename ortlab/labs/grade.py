@@ -30,7 +30,7 @@ from pathlib import Path
 import nbformat
 
 from ortlab.errors import OrtlabError
-from ortlab.labs.build import BEGIN, stub_pattern, strip_solution
+from ortlab.labs.build import BEGIN, marker_ids, stub_pattern, strip_solution
 from ortlab.labs.checks import CHECK_MIME, CheckResult
 
 DEFAULT_TIMEOUT = 600
@@ -59,21 +59,10 @@ def load_lab(path):
         raise GradeError(f"{path} is a folder; give one lab notebook, e.g. labs/lab01_compose_onnx_model.ipynb")
     nb = _read_notebook(path, "a lab")
     recorded = nb.metadata.get("ortlab", {}).get("lab", {}) if isinstance(nb.metadata.get("ortlab"), dict) else {}
-    if not (isinstance(recorded, dict) and recorded.get("exercises")) and not _marker_ids(nb):
+    if not (isinstance(recorded, dict) and recorded.get("exercises")) and not marker_ids(nb):
         raise GradeError(f"{path} is not an ortlab lab: it has no exercises "
                          "(labs are generated into labs/ by `python -m ortlab.labs build`)")
     return nb
-
-
-def _marker_ids(nb):
-    ids = []
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            for line in cell.source.splitlines():
-                match = BEGIN.match(line)
-                if match and match["id"] and match["id"] not in ids:
-                    ids.append(match["id"])
-    return ids
 
 
 def _key(cell, index):
@@ -105,9 +94,9 @@ def find_reference(path, nb, solutions_dir=None):
         candidate = folder / name
         if candidate.is_file():
             reference = _read_notebook(candidate, "the lab's solution")
-            if _marker_ids(reference):
+            if marker_ids(reference):
                 return reference, str(candidate)
-    if _marker_ids(nb):  # a solution (or a notebook written like one) is its own reference
+    if marker_ids(nb):  # a solution (or a notebook written like one) is its own reference
         return nb, str(path)
     raise GradeError(f"{path}: cannot find the solution this lab was generated from (looked for "
                      f"{' and '.join(dict.fromkeys(names))} in {folder}/), so there is nothing to grade "

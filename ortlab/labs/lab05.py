@@ -152,14 +152,19 @@ def bounds_checked():
          ti.InterpreterBuilder.create_masked_store) = originals
 
 
-def out_of_bounds(error):
-    """The OutOfBounds a checked launch raised, if that is what `error` is (or wraps)."""
+def in_chain(error, cls):
+    """The first exception of type `cls` in `error`'s chain (causes and contexts), or None."""
     seen = error
     while seen is not None:
-        if isinstance(seen, OutOfBounds):
+        if isinstance(seen, cls):
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def out_of_bounds(error):
+    """The OutOfBounds a checked launch raised, if that is what `error` is (or wraps)."""
+    return in_chain(error, OutOfBounds)
 
 
 def kernel_class_for(kernel_fn):
@@ -200,11 +205,9 @@ def op_test_shapes():
 
 def unwrap_not_implemented(error):
     """The NotImplementedError a lab stub raised inside a kernel, if that is what `error` is."""
-    seen = error
-    while seen is not None:
-        if isinstance(seen, NotImplementedError):
-            return seen
-        seen = seen.__cause__ or seen.__context__
+    found = in_chain(error, NotImplementedError)
+    if found is not None:
+        return found
     if "NotImplementedError(" in str(error):
         return NotImplementedError(str(error).split("NotImplementedError(", 1)[1].strip("\"')"))
     return None

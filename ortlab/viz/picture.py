@@ -9,7 +9,6 @@ and a PNG (matplotlib; shown where HTML is not trusted).
 import html
 from dataclasses import dataclass
 
-import onnx
 
 BOX_W, BOX_H, GAP_X, GAP_Y, MARGIN = 120, 26, 16, 22, 10
 MAX_NODES = 120  # a bigger graph is drawn up to here (a thumbnail); Netron shows all of it
