@@ -71,7 +71,8 @@ def test_show_a_path(tmp_path):
     assert viz.show(path).path == path.resolve()
 
 
-@pytest.mark.parametrize("bad, words", [("missing.onnx", "no such model file"), (42, "not int")])
+@pytest.mark.parametrize("bad, words", [("missing.onnx", "no such model file"), (42, "not int"),
+                                       ("/", "is a folder"), (b"", "empty ONNX model")])
 def test_bad_input_is_explained(bad, words):
     with pytest.raises(OrtlabError, match=words):
         viz.show(bad)

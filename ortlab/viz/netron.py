@@ -127,6 +127,8 @@ def _load(model_or_path):
     """(ModelProto, path on disk to serve, display name) for a ModelProto, bytes or .onnx path."""
     if isinstance(model_or_path, (str, Path)):
         path = Path(model_or_path)
+        if path.is_dir():
+            raise VizError(f"{path} is a folder; pass the path of a .onnx file in it")
         if not path.is_file():
             raise VizError(f"{path}: no such model file; save the model first or pass the "
                            "onnx.ModelProto itself")
