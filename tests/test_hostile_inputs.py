@@ -3,6 +3,8 @@ OrtlabError that says what is wrong, never a raw error from numpy, onnx, ORT or 
 import numpy as np
 import pytest
 import torch
+import onnx
+import onnx.numpy_helper
 from onnx import helper
 
 import ortlab.kernels as K
@@ -103,3 +105,16 @@ def test_a_file_that_is_not_a_model_is_named(tmp_path):
     path.write_bytes(b"\x00\x01 not protobuf at all \xff" * 20)
     with pytest.raises(OrtlabError, match="is not an ONNX model"):
         session.create(path)
+
+
+def test_an_integer_loss_is_refused_before_orts_builder():
+    from onnx import TensorProto
+
+    from ortlab.gradients import OrtGradientError, ort_gradient_graph
+    nodes = [helper.make_node("MatMul", ["X", "W"], ["Y"]), helper.make_node("ArgMax", ["Y"], ["L"], keepdims=0)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("L", TensorProto.INT64, [2])],
+                              [onnx.numpy_helper.from_array(np.ones((3, 4), np.float32), "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(OrtGradientError, match="is int64: a gradient needs a floating-point loss"):
+        ort_gradient_graph(model, ["W"], "L")

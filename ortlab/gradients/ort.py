@@ -60,7 +60,29 @@ def check_arguments(model, x_names, loss_name):
     if loss_name not in produced:
         raise OrtGradientError(f"the loss {loss_name!r} is not produced by any node of the graph; graph "
                                f"outputs are {[o.name for o in g.output]}")
+    loss_type = _elem_type(model, loss_name)
+    if loss_type is not None and loss_type not in FLOAT_TYPES:
+        raise OrtGradientError(f"the loss {loss_name!r} is {onnx.TensorProto.DataType.Name(loss_type).lower()}: "
+                               "a gradient needs a floating-point loss; cast it to float (Cast to=FLOAT) "
+                               "or pick a float value as the loss")
     return x_names, loss_name
+
+
+FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+               onnx.TensorProto.BFLOAT16}
+
+
+def _elem_type(model, name):
+    """The element type onnx's shape inference gives `name`, or None where it cannot tell."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # contrib ops or a graph inference cannot follow: leave it to ORT
+        return None
+    g = inferred.graph
+    for info in [*g.value_info, *g.output, *g.input]:
+        if info.name == name and info.type.tensor_type.elem_type:
+            return info.type.tensor_type.elem_type
+    return None
 
 
 def ort_gradient_graph(model, x_names, loss_name):
