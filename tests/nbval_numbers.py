@@ -12,7 +12,7 @@ import copy
 import re
 
 TEXT_TYPES = ("text/plain", "text/html", "text/markdown")  # not images' base64
-NUMBER = re.compile(r"(-?\d+\.\d+(?:e[-+]?\d+)?|-?\d+e[-+]?\d+)")
+NUMBER = re.compile(r"((?<![\w.])-?\d+\.\d+(?:e[-+]?\d+)?(?![\d.])|(?<![\w.])-?\d+e[-+]?\d+(?![\d.]))")
 
 
 def _digits(token):

@@ -397,3 +397,18 @@ def test_check_with_a_missing_labs_folder_says_so(dirs, run_cli):
                f"labs folder {labs}/ does not exist")
     labs.write_text("a file")
     _cli_error(run_cli("ortlab.labs", "--solutions", sol, "--labs", labs, "check"), "is not a folder")
+
+
+def test_outputs_stored_in_the_learners_file_never_count(tmp_path, run_cli):
+    """A stored error output in a cell that does not run this time (the kernel stops first) is not
+    reported as that cell's error: the grader runs fresh copies of the learner's cells."""
+    import nbformat
+    lab = nbformat.read(ROOT / "labs" / "lab01_compose_onnx_model.ipynb", as_version=4)
+    code = [c for c in lab.cells if c.cell_type == "code"]
+    code[0].source = "import os\nos._exit(0)\n" + code[0].source  # the kernel dies in the first cell
+    code[-1].outputs = [nbformat.v4.new_output("error", ename="ValueError", evalue="stored, stale", traceback=[])]
+    path = tmp_path / "lab01_compose_onnx_model.ipynb"
+    nbformat.write(lab, path)
+    out = run_cli("ortlab.labs", "grade", path, "--solutions", ROOT / "solutions")
+    assert out.returncode != 0
+    assert "stored, stale" not in out.stdout and "kernel died" in out.stdout

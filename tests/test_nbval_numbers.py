@@ -58,3 +58,9 @@ def test_images_are_left_alone():
     ref = {"output_type": "display_data", "data": {"image/png": "iVBOR5e594x", "text/plain": "loss 0.9093"}}
     snapped = _snap_output(test, ref)
     assert snapped["data"] == {"image/png": "iVBOR5e593x", "text/plain": "loss 0.9093"}
+
+
+def test_numbers_inside_versions_and_words_are_not_numbers():
+    assert snap_numbers("onnxruntime 1.19.2", "onnxruntime 1.18.2") == "onnxruntime 1.19.2"
+    assert snap_numbers("id A5e5B", "id A6e5B") == "id A5e5B"
+    assert snap_numbers("by 1.57x", "by 1.56x") == "by 1.56x"  # a unit suffix is still a number

@@ -65,6 +65,11 @@ def load_lab(path):
     return nb
 
 
+def has_marker(cell):
+    """True when a cell holds a `# BEGIN SOLUTION` line (a solution, never a check)."""
+    return any(BEGIN.match(line) for line in cell.source.splitlines())
+
+
 def _key(cell, index):
     """How a cell is matched between the reference and the learner's copy: its id (the build keeps ids)."""
     return cell.get("id") or f"#{index}"
@@ -130,14 +135,13 @@ def reference_exercises(reference, where="the reference"):
     code = [(index, cell) for index, cell in enumerate(reference.cells) if cell.cell_type == "code"]
     for exercise in exercises.values():
         for index, cell in code:  # the cell whose stored output is this exercise's check
-            if exercise.id in _check_cells(cell) and not BEGIN.search(cell.source):
+            if exercise.id in _check_cells(cell) and not has_marker(cell):
                 exercise.check_key, exercise.check_source = _key(cell, index), cell.source
                 break
         else:  # not executed: the first code cell after the exercise that calls a check
             last = max(i for i, c in code if _key(c, i) in exercise.cells)
             for index, cell in code:
-                if index > last and "check" in cell.source and not any(
-                        BEGIN.match(line) for line in cell.source.splitlines()):
+                if index > last and "check" in cell.source and not has_marker(cell):
                     exercise.check_key, exercise.check_source = _key(cell, index), cell.source
                     break
             else:
@@ -216,8 +220,8 @@ def plan(nb, exercises, imports=""):
             placed.add(key)
             steps.append(grader_step(by_check[key]))
             continue
-        if cell.cell_type == "code":
-            steps.append(Step(cell, learner_index=index))
+        if cell.cell_type == "code":  # a fresh copy: outputs stored in the learner's file never count
+            steps.append(Step(nbformat.v4.new_code_cell(cell.source), learner_index=index))
         for exercise in list(missing):  # its check cell is gone: check right after its last cell
             if key in exercise.cells and key == max((k for k in keys if k in exercise.cells),
                                                     key=keys.index):

@@ -155,8 +155,11 @@ def run_tools(target=None, gpu="detect", timeout=300, workdir=None):
     tools on GPU_WORKLOAD, perf on HOST_WORKLOAD, in this Python), and print the rest. Returns one
     ToolRun per tool: the command, whether it ran, and why (not installed, no GPU, nvprof on compute
     capability >= 8.0...), with the output's tail. `gpu`: (name, (major, minor)) or None; "detect" asks torch."""
+    if workdir is None:  # a folder of our own, removed afterwards
+        with tempfile.TemporaryDirectory(prefix="ortlab_tools_") as out:
+            return run_tools(target, gpu, timeout, out)
     gpu = detect_gpu() if gpu == "detect" else gpu
-    out = workdir or tempfile.mkdtemp(prefix="ortlab_tools_")
+    out = workdir
     os.makedirs(out, exist_ok=True)
     if target is not None:
         gpu_target = host_target = shlex.join(target)

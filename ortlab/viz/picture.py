@@ -136,10 +136,7 @@ def to_png(model, dpi=80):
     """The same picture as PNG bytes (matplotlib), for viewers that do not render HTML."""
     import io
 
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # no pyplot: the notebook's backend is left alone
     from matplotlib.patches import FancyBboxPatch
 
     boxes, edges = layout(model)
