@@ -180,6 +180,16 @@ def kernel_class_for(kernel_fn):
     return LabGeluGrad
 
 
+def kernel_problem(error, shape):
+    """What a failed launch tells the learner: a stub's NotImplementedError is raised again (the
+    exercise is not done), an out-of-bounds access becomes a message, anything else None."""
+    unfinished = unwrap_not_implemented(error)
+    if unfinished is not None:
+        raise unfinished from None
+    outside = out_of_bounds(error)
+    return f"for shape {shape}: {outside}" if outside is not None else None
+
+
 def op_test_shapes():
     """op_test the registered GeluGrad on SHAPES (loads and stores bounds-checked); None, or why it failed."""
     for shape in SHAPES:
@@ -189,12 +199,9 @@ def op_test_shapes():
         except NotImplementedError:
             raise
         except Exception as error:  # Triton's interpreter wraps what the kernel raised
-            unfinished = unwrap_not_implemented(error)
-            if unfinished is not None:
-                raise unfinished from None
-            outside = out_of_bounds(error)
+            outside = kernel_problem(error, shape)
             if outside is not None:
-                return f"for shape {shape}: {outside}"
+                return outside
             if not isinstance(error, OpTestFailure):
                 raise
             failure = error
@@ -261,12 +268,9 @@ def compute_mistake(cls, shape=(1000,)):
     except NotImplementedError:
         raise
     except Exception as error:
-        unfinished = unwrap_not_implemented(error)
-        if unfinished is not None:
-            raise unfinished from None
-        outside = out_of_bounds(error)
+        outside = kernel_problem(error, shape)
         if outside is not None:
-            return f"for shape {shape}: {outside}"
+            return outside
         raise CheckFailed(f"compute(dy, x) raised {type(error).__name__}: "
                           f"{(str(error).strip().splitlines() or [''])[0][:160]}") from None
     if isinstance(outputs, torch.Tensor):
