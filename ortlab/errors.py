@@ -7,3 +7,18 @@ never has to read a traceback from deep inside numpy or onnx to find out.
 
 class OrtlabError(Exception):
     """Base of every error ortlab raises on purpose."""
+
+
+def as_names(value, what, error=OrtlabError):
+    """A list of value names from a list (tuple, set...) of str, or one str as one name (not its
+    letters): the one rule every ortlab function that takes names follows. `what` names the
+    argument in the message, `error` is the OrtlabError subclass to raise."""
+    if isinstance(value, str):
+        return [value]
+    if value is None or isinstance(value, (bytes, dict)) or not hasattr(value, "__iter__"):
+        raise error(f"{what} must be a name or a list of names, not {type(value).__name__}")
+    names = list(value)
+    bad = [n for n in names if not isinstance(n, str)]
+    if bad:
+        raise error(f"{what} must hold value names (str), got {bad[0]!r} ({type(bad[0]).__name__})")
+    return names

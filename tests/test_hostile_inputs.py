@@ -33,7 +33,7 @@ ONES = np.ones((2, 3), np.float32)
 @pytest.mark.parametrize("call, words", [
     (lambda g: g.node("0"), "node\\(\\) takes a node index \\(an int\\), not str '0'"),
     (lambda g: g.add_node("Relu", ["y"], ["z"], alpha=object()), "attribute alpha=.* is not an ONNX attribute value"),
-    (lambda g: g.add_node("Relu", ["y"], [3]), "outputs of the new Relu node must be value names"),
+    (lambda g: g.add_node("Relu", ["y"], [3]), "outputs of the new Relu node must hold value names"),
     (lambda g: g.add_initializer("k", object()), "initializer 'k': object is not a tensor value"),
     (lambda g: g.initializer_value("nope"), "no initializer named 'nope'"),
     (lambda g: g.replace_node_input(g.nodes()[0], 5, "x"), "node 'mul' \\(#0 Mul\\) has no input 5: it has 2 \\(x, w\\)"),
@@ -118,3 +118,17 @@ def test_an_integer_loss_is_refused_before_orts_builder():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(OrtGradientError, match="is int64: a gradient needs a floating-point loss"):
         ort_gradient_graph(model, ["W"], "L")
+
+
+@pytest.mark.parametrize("value, names", [("W", ["W"]), (("a", "b"), ["a", "b"]), ({"x"}, ["x"]), ([], [])])
+def test_one_rule_for_names(value, names):
+    from ortlab.errors import as_names
+    assert as_names(value, "names") == names
+
+
+@pytest.mark.parametrize("value, words", [(None, "not NoneType"), (3, "not int"), (b"W", "not bytes"),
+                                          ({"W": 1}, "not dict"), (["a", 2], "got 2 \\(int\\)")])
+def test_one_rule_for_bad_names(value, words):
+    from ortlab.errors import as_names
+    with pytest.raises(OrtlabError, match=f"names must .*{words}"):
+        as_names(value, "names")

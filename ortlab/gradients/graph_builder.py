@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from ortlab.errors import OrtlabError
+from ortlab.errors import OrtlabError, as_names
 from ortlab.gradients.builder_base import MS, GradientBuilderBase, GradientBuilderError
 from ortlab.gradients.registry import get_gradient_builder, stop_edges
 from ortlab.ir import Graph
@@ -200,14 +200,9 @@ class GradientGraphBuilder:
 def check_x_names(x_names, error=GradientGraphError):
     """The x's as a list of names: a list (tuple, set...) of str, or one str as one name
     (not its letters). The same rule for every function of ortlab.gradients."""
-    if isinstance(x_names, str):
-        x_names = [x_names]
-    elif x_names is None or not hasattr(x_names, "__iter__") or isinstance(x_names, (bytes, dict)):
-        raise error(f"x_names must be a name or a list of names (the inputs or initializers to "
-                    f"differentiate), not {type(x_names).__name__}")
-    names = list(x_names)
+    names = as_names(x_names, "x_names", error)
     for x in names:
-        if not isinstance(x, str) or not x:
+        if not x:
             raise error(f"x_names must hold value names (non-empty str), got {x!r}")
     if not names:
         raise error("no x given: name the inputs or initializers to differentiate")

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from ortlab.errors import OrtlabError
+from ortlab.errors import OrtlabError, as_names
 from ortlab.ir.node import Node
 from ortlab.ir.node_arg import NodeArg, type_of_tensor
 from ortlab.ir import topological_order as orders
@@ -192,7 +192,8 @@ class Graph:
         """Add a node (attributes as keyword arguments); returns it. Its index is the next free one.
 
         inputs, outputs: lists of value names ('' for an absent optional one); one str is one name."""
-        inputs, outputs = _names(inputs, "inputs", op_type), _names(outputs, "outputs", op_type)
+        inputs, outputs = (as_names(names, f"{what} of the new {op_type} node", GraphError)
+                           for names, what in ((inputs, "inputs"), (outputs, "outputs")))
         if not isinstance(op_type, str) or not op_type:
             raise GraphError(f"add_node() takes the op type as a non-empty str, not {op_type!r}")
         attrs = list(_attributes)
@@ -483,20 +484,6 @@ class Graph:
                 f"outputs={self.outputs}, {len(self.initializers)} initializers)")
 
 
-def _names(names, what, op_type):
-    """A list of value names: one str is one name (not its letters)."""
-    if isinstance(names, str):
-        return [names]
-    try:
-        names = list(names)
-    except TypeError:
-        raise GraphError(f"{what} of the new {op_type} node must be a list of value names, not "
-                         f"{type(names).__name__}") from None
-    bad = [n for n in names if not isinstance(n, str)]
-    if bad:
-        raise GraphError(f"{what} of the new {op_type} node must be value names (str; '' for an absent "
-                         f"optional one), got {bad[0]!r}")
-    return names
 
 
 def _describe(arg):

@@ -13,7 +13,7 @@ transformer why it left a node alone.
 """
 import enum
 
-from ortlab.errors import OrtlabError
+from ortlab.errors import OrtlabError, as_names
 
 
 class TransformerError(OrtlabError):
@@ -65,9 +65,7 @@ class GraphTransformer(_Explained):
     def __init__(self, excluded_initializers=()):
         self.reset_log()
         self.current = None
-        if isinstance(excluded_initializers, str):  # one name, not its letters
-            excluded_initializers = [excluded_initializers]
-        self.excluded = set(excluded_initializers)
+        self.excluded = set(as_names(excluded_initializers, "excluded_initializers"))
 
     def nodes(self, graph):
         """The live nodes in topological order, remembering the current one for error messages.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import onnx
 
-from ortlab.errors import OrtlabError
+from ortlab.errors import OrtlabError, as_names
 from ortlab.ir import Graph
 from ortlab.transformers import graph_utils as gu, registry
 from ortlab.transformers.graph_transformer import (GraphTransformer, RuleBasedGraphTransformer,
@@ -177,7 +177,7 @@ def optimize(model, level=2, names=None, providers=None, steps=10, **options):
     manager = GraphTransformerManager.from_registry(level, names, providers, steps, **options)
     excluded = options.get("excluded_initializers")
     if excluded is not None:
-        _check_excluded(model, _as_names(excluded, "excluded_initializers"))
+        _check_excluded(model, as_names(excluded, "excluded_initializers"))
     return manager.optimize(model)
 
 
@@ -205,27 +205,13 @@ def _copy(model):
 def _check_names(names):
     if names is None:
         return None
-    names = _as_names(names, "names")
+    names = as_names(names, "names")
     known = registry.known_names()
     unknown = [n for n in names if n not in known]
     if unknown:
         raise OrtlabError(f"no transformer or rule named {unknown}{_close(unknown[0], known)}; "
                           f"registered: {', '.join(known)}")
     return set(names)
-
-
-def _as_names(value, what):
-    """A list of names from a list/tuple/set of str or one str (one name, not its letters)."""
-    if isinstance(value, str):
-        return [value]
-    try:
-        names = list(value)
-    except TypeError:
-        raise OrtlabError(f"{what} must be a name or a list of names, not {type(value).__name__}") from None
-    bad = [n for n in names if not isinstance(n, str)]
-    if bad:
-        raise OrtlabError(f"{what} must hold names (str), got {bad[0]!r} ({type(bad[0]).__name__})")
-    return names
 
 
 def _close(name, candidates):
@@ -256,14 +242,14 @@ def _check_options(options):
                               "itself level, names, providers, steps)")
     options = dict(options)
     if "excluded_initializers" in options:
-        options["excluded_initializers"] = _as_names(options["excluded_initializers"], "excluded_initializers")
+        options["excluded_initializers"] = as_names(options["excluded_initializers"], "excluded_initializers")
     return options
 
 
 def _check_providers(providers):
     from ortlab.env import quiet_import
 
-    providers = _as_names(providers, "providers")
+    providers = as_names(providers, "providers")
     known = quiet_import("onnxruntime").get_all_providers()
     unknown = [p for p in providers if p not in known]
     if unknown:

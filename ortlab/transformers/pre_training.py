@@ -7,6 +7,7 @@ level 1 and before the gradient builder, so the backward graph is built from fus
 from inference: trainable weights are excluded from constant folding and sharing (folding
 Transpose(W) would cut W off from its gradient), and Dropout stays unless its ratio is 0.
 """
+from ortlab.errors import as_names
 from ortlab.transformers.cse import CommonSubexpressionElimination
 from ortlab.transformers.constant_folding import ConstantFolding
 from ortlab.transformers.constant_sharing import ConstantSharing
@@ -41,7 +42,7 @@ def pre_training_transformers(weights_to_train=(), steps=5):
     weights_to_train: the initializer names that must stay trainable (not folded, not shared);
     one str is one name.
     """
-    excluded = (weights_to_train,) if isinstance(weights_to_train, str) else tuple(weights_to_train)
+    excluded = tuple(as_names(weights_to_train, "weights_to_train"))
     manager = GraphTransformerManager(steps)
     rules = RuleBasedGraphTransformer("Level1_RuleBasedTransformer", [CastElimination(), EliminateDropout()])
     for transformer in (ConstantSharing(excluded), LayerNormFusion(), CommonSubexpressionElimination(),
