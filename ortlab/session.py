@@ -61,7 +61,7 @@ def session_options(level="all", order="default", **options):
 def create(model, options=None, providers=None):
     """An InferenceSession for a ModelProto or path, with ORT's error turned into a SessionError."""
     data = _model_source(model)
-    _check_providers(providers)
+    providers = None if providers is None else check_providers(providers)
     try:
         return ort.InferenceSession(data, options or session_options(),
                                     providers=providers or default_providers())
@@ -69,19 +69,25 @@ def create(model, options=None, providers=None):
         raise SessionError(f"onnxruntime could not load the model: {exc}".splitlines()[0]) from None
 
 
-def _check_providers(providers):
-    """Provider names ORT knows (a typo would otherwise fall back to the CPU EP silently)."""
-    if providers is None:
-        return
-    if isinstance(providers, str) or not isinstance(providers, (list, tuple)):
-        raise SessionError(f"providers must be a list of execution provider names, e.g. "
-                           f"['CPUExecutionProvider'], not {providers!r}")
+def check_providers(providers, error=SessionError):
+    """Provider names checked against ORT's, as a list (one str is one name; (name, options) pairs
+    are kept): a typo would otherwise make ORT fall back to the CPU EP silently. The one check for
+    sessions, the transformer manager and MiniORTModule."""
+    import difflib
+
+    if isinstance(providers, str):
+        providers = [providers]
+    if not isinstance(providers, (list, tuple)) or not providers:
+        raise error(f"providers must be a list of execution provider names, e.g. "
+                    f"['CPUExecutionProvider'], not {providers!r}")
     known = ort.get_all_providers()
     for p in providers:
         name = p[0] if isinstance(p, tuple) and p else p
         if name not in known:
-            raise SessionError(f"unknown execution provider {name!r}; ORT's are {', '.join(known)} "
-                               f"(available here: {', '.join(ort.get_available_providers())})")
+            close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
+            raise error(f"unknown execution provider {name!r}{f' (did you mean {close[0]!r}?)' if close else ''}; "
+                        f"ORT's are {', '.join(known)} (available here: {', '.join(ort.get_available_providers())})")
+    return list(providers)
 
 
 def run_session(session, fetches, feeds):

@@ -132,3 +132,13 @@ def test_one_rule_for_bad_names(value, words):
     from ortlab.errors import as_names
     with pytest.raises(OrtlabError, match=f"names must .*{words}"):
         as_names(value, "names")
+
+
+def test_one_check_for_provider_names():
+    from ortlab.session import check_providers
+    assert check_providers("CPUExecutionProvider") == ["CPUExecutionProvider"]
+    assert check_providers([("CPUExecutionProvider", {})]) == [("CPUExecutionProvider", {})]
+    for bad, words in ((["CPUExecutionProvidr"], "did you mean 'CPUExecutionProvider'"), ([], "must be a list"),
+                       (42, "must be a list")):
+        with pytest.raises(OrtlabError, match=words):
+            check_providers(bad)

@@ -57,7 +57,8 @@ class GraphTransformerManager:
         if providers is None:
             from ortlab.env import providers as default_providers
             providers = default_providers()
-        providers = _check_providers(providers)
+        from ortlab.session import check_providers
+        providers = check_providers(providers, OrtlabError)
         manager = cls(steps)
         for lvl in range(1, level + 1):
             rules = [r() for lv, r in registry.RULES if lv == lvl and _named(wanted, r.__name__, lvl)]
@@ -244,18 +245,6 @@ def _check_options(options):
     if "excluded_initializers" in options:
         options["excluded_initializers"] = as_names(options["excluded_initializers"], "excluded_initializers")
     return options
-
-
-def _check_providers(providers):
-    from ortlab.env import quiet_import
-
-    providers = as_names(providers, "providers")
-    known = quiet_import("onnxruntime").get_all_providers()
-    unknown = [p for p in providers if p not in known]
-    if unknown:
-        raise OrtlabError(f"unknown execution provider {unknown[0]!r}{_close(unknown[0], known)}; "
-                          "use ORT's names, e.g. 'CPUExecutionProvider', 'CUDAExecutionProvider'")
-    return providers
 
 
 def _check_excluded(model, excluded):
