@@ -137,3 +137,10 @@ def test_bench_labels_cpu_bandwidth():
     assert len(rows) == 4
     if kernel_device() == "cpu":
         assert {(r["GB/s"], r["% of copy peak"]) for r in rows} == {(roofline.NA_ON_CPU, roofline.NA_ON_CPU)}
+
+
+def test_bandwidth_rates_on_a_gpu_and_on_cpu():
+    from ortlab.kernels.roofline import NA_ON_CPU, bandwidth_rates
+    # 2 GB in 1 ms is 2000 GB/s; against a 4 TB/s peak that is 50%
+    assert bandwidth_rates(2e9, 1.0, 4e12, True) == {"GB/s": 2000.0, "% of peak": 50.0}
+    assert bandwidth_rates(2e9, 1.0, 4e12, False, "% of copy peak") == {"GB/s": NA_ON_CPU, "% of copy peak": NA_ON_CPU}

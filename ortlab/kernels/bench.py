@@ -16,7 +16,7 @@ import torch
 from ortlab.env import kernel_device, triton_mode
 from ortlab.kernels import run, run_reference
 from ortlab.kernels.layer_norm import LayerNormalization
-from ortlab.kernels.roofline import DATASHEET, NA_ON_CPU, cuda_time_ms, measure_peaks, wall_time_ms
+from ortlab.kernels.roofline import DATASHEET, bandwidth_rates, cuda_time_ms, measure_peaks, wall_time_ms
 from ortlab.kernels.softmax import row_softmax
 
 MS = "com.microsoft"
@@ -63,11 +63,8 @@ def bandwidth_rows(shapes, peak):
                  "LayerNorm (torch)": lambda: torch.nn.functional.layer_norm(x, (cols,), scale, bias)}
         for name, fn in cases.items():
             ms = time_fn(fn)
-            gbs = moved / (ms * 1e-3) / 1e9
-            on_gpu = device == "cuda"
             rows.append({"kernel": name, "shape": [rows_, cols], "median ms": round(ms, 4),
-                         "GB/s": round(gbs, 1) if on_gpu else NA_ON_CPU,
-                         "% of copy peak": round(100 * gbs * 1e9 / peak, 1) if on_gpu else NA_ON_CPU})
+                         **bandwidth_rates(moved, ms, peak, device == "cuda", "% of copy peak")})
     return rows
 
 

@@ -114,7 +114,7 @@ def fusion_timings(shape, peaks, peaks_name="measured", on_gpu=None):
     interpreted, torch native) those two read roofline.NA_ON_CPU: pass a datasheet GPU's peaks."""
     from ortlab.env import kernel_device
     from ortlab.kernels.layer_norm import LayerNormalization
-    from ortlab.kernels.roofline import NA_ON_CPU, cuda_time_ms, wall_time_ms
+    from ortlab.kernels.roofline import bandwidth_rates, cuda_time_ms, wall_time_ms
     from ortlab.kernels.softmax import row_softmax
 
     on_gpu = kernel_device() == "cuda" if on_gpu is None else on_gpu
@@ -134,11 +134,7 @@ def fusion_timings(shape, peaks, peaks_name="measured", on_gpu=None):
     for name, fn, version, op in cases:
         ms = timer(fn)
         moved = traffic(*shape, version, op)
-        if on_gpu:
-            gbs = moved / (ms * 1e-3) / 1e9
-            achieved = {"GB/s": round(gbs, 1), "% of peak": round(100 * gbs * 1e9 / peaks["bandwidth"], 1)}
-        else:
-            achieved = {"GB/s": NA_ON_CPU, "% of peak": NA_ON_CPU}
+        achieved = bandwidth_rates(moved, ms, peaks["bandwidth"], on_gpu)
         rows.append({"kernel": name, "shape": tuple(shape), "median ms": round(ms, 3),
                      "MB moved": round(moved / 1e6, 3), **achieved,
                      f"floor (us, {peaks_name})": round(1e6 * moved / peaks["bandwidth"], 3),

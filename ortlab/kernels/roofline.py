@@ -129,6 +129,15 @@ def rates(nbytes, flops, ms, on_gpu):
     return {"GB/s": round(nbytes / (ms * 1e-3) / 1e9, 1), "GFLOP/s": round(flops / (ms * 1e-3) / 1e9, 1)}
 
 
+def bandwidth_rates(nbytes, ms, peak_bytes_per_s, on_gpu, peak_label="% of peak"):
+    """Achieved GB/s of a kernel that moved `nbytes` in `ms`, and its share of a peak bandwidth;
+    NA_ON_CPU for both on CPU (Triton's interpreter)."""
+    if not on_gpu:
+        return {"GB/s": NA_ON_CPU, peak_label: NA_ON_CPU}
+    gbs = nbytes / (ms * 1e-3) / 1e9
+    return {"GB/s": round(gbs, 1), peak_label: round(100 * gbs * 1e9 / peak_bytes_per_s, 1)}
+
+
 def benchmark(op_type, inputs, attributes=None, domain="", kernel_fn=None):
     """Median time of ortlab's kernel on device-resident inputs, its analytic bytes and FLOPs, and on
     a GPU the achieved GB/s and GFLOP/s. On CPU the time is the interpreter's: the rates read
