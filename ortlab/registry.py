@@ -130,6 +130,9 @@ class Registry(Mapping):
     def __getitem__(self, key):
         return self.lookup(key)
 
+    def get(self, key, default=None):
+        return self._entries.get(self.key(key), default)
+
     def __contains__(self, key):
         try:
             return self.key(key) in self._entries

@@ -9,8 +9,9 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from ortlab.errors import OrtlabError
+from ortlab.ir.onnx_defs import MS_DOMAIN
 
-MS = "com.microsoft"
+MS = MS_DOMAIN  # kMSDomain, the domain of the Grad ops
 
 
 class GradientBuilderError(OrtlabError):

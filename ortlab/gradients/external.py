@@ -23,7 +23,8 @@ from onnx import AttributeProto, helper
 from ortlab.env import quiet_import
 from ortlab.gradients.builder_base import GradientBuilderBase
 from ortlab.gradients.ort import OrtGradientError
-from ortlab.gradients.registry import _domain, get_gradient_builder, stop_edges
+from ortlab.gradients.registry import get_gradient_builder, stop_edges
+from ortlab.ir.onnx_defs import domain_of
 
 _REGISTERED = {}  # "domain::op_type" -> the definition handed to ORT in this process
 
@@ -140,7 +141,7 @@ def gradient_definition(builder, op_type, domain="", num_inputs=1, num_outputs=1
     gradient-definition format for a forward node with the given inputs, outputs, attributes."""
     if isinstance(builder, str):
         builder = get_gradient_builder(builder, domain)
-    node = _ForwardNode(op_type, _domain(domain), num_inputs, num_outputs, attributes)
+    node = _ForwardNode(op_type, domain_of(domain), num_inputs, num_outputs, attributes)
     b = SymbolicGradientBuilder(node)
     try:
         grads = (list(builder(b) or []) + [None] * num_inputs)[:num_inputs]
@@ -183,7 +184,7 @@ def register_ort_gradient(op_type, definition, domain="", **trace):
     """
     if callable(definition):
         definition = gradient_definition(definition, op_type, domain, **trace)
-    key = f"{_domain(domain)}::{op_type}"
+    key = f"{domain_of(domain)}::{op_type}"
     if key in _REGISTERED:
         if _REGISTERED[key] == definition:
             return definition

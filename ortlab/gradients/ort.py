@@ -10,6 +10,7 @@ import onnx
 
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
+from ortlab.ir.onnx_defs import domain_of
 
 
 class OrtGradientError(OrtlabError):
@@ -35,7 +36,7 @@ def insert_outputs_for_gradients(model):
     """
     model = copy.deepcopy(model)
     for k, node in enumerate(model.graph.node):
-        wanted = OUTPUTS_FOR_GRADIENTS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ()
+        wanted = OUTPUTS_FOR_GRADIENTS.get(node.op_type, ()) if not domain_of(node.domain) else ()
         for suffix in wanted[len(node.output) - 1:]:
             node.output.append(f"{node.name or f'{node.op_type}_{k}'}_{suffix}")
     return model

@@ -4,11 +4,9 @@ Mirrors orttraining/orttraining/core/graph/gradient_builder_registry.cc, where
 REGISTER_GRADIENT_BUILDER("Add", GetAddSubGradient) files ORT's builders, and
 the STOP_GRADIENT_EDGES table of gradient_graph_builder.h.
 """
-from contextlib import contextmanager
-
 from ortlab.errors import OrtlabError
-
-GRADIENT_BUILDERS = {}  # (op_type, domain) -> builder function
+from ortlab.ir.onnx_defs import op_key, op_name
+from ortlab.registry import Registry
 
 # Inputs through which no gradient flows: shapes, indices, masks, axes, ratios...
 STOP_GRADIENT_EDGES = {
@@ -32,8 +30,16 @@ class UnknownGradientError(OrtlabError):
     """No gradient builder is registered for an op on the path to the loss."""
 
 
-def _domain(domain):
-    return "" if domain in ("", "ai.onnx", None) else domain
+def _missing_builder(registry, key, where):
+    return (f"no gradient builder is registered for {op_name(*key)}{where}, which lies on the path from "
+            f"an x to the loss. Register one with @ortlab.gradients.register_gradient('{key[0]}'), or "
+            f"mark the edge with stop_gradient_edges. Registered: {', '.join(registry.known())}")
+
+
+# (op_type, domain) -> builder function. The last builder registered for an op wins, as a notebook
+# cell that redefines `@register_gradient("Sqrt")` expects; `using_gradient` swaps one temporarily.
+GRADIENT_BUILDERS = Registry("gradient builder", duplicates="replace", error=UnknownGradientError,
+                             miss=_missing_builder)
 
 
 def register_gradient(op_type, domain=""):
@@ -45,42 +51,22 @@ def register_gradient(op_type, domain=""):
         if not callable(builder):
             raise OrtlabError(f"register_gradient('{op_type}') decorates a builder function `f(b)`, "
                               f"not {type(builder).__name__}")
-        GRADIENT_BUILDERS[(op_type, _domain(domain))] = builder
-        return builder
+        return GRADIENT_BUILDERS.register(op_key(op_type, domain), builder)
     return decorate
 
 
 def get_gradient_builder(op_type, domain="", node=""):
     """The builder for an op, or UnknownGradientError listing what is registered."""
-    builder = GRADIENT_BUILDERS.get((op_type, _domain(domain)))
-    if builder is None:
-        known = ", ".join(sorted(f"{d + ':' if d else ''}{o}" for o, d in GRADIENT_BUILDERS))
-        where = f" (node {node})" if node else ""
-        raise UnknownGradientError(
-            f"no gradient builder is registered for {_domain(domain) + ':' if _domain(domain) else ''}"
-            f"{op_type}{where}, which lies on the path from an x to the loss. Register one with "
-            f"@ortlab.gradients.register_gradient('{op_type}'), or mark the edge with "
-            f"stop_gradient_edges. Registered: {known}")
-    return builder
+    return GRADIENT_BUILDERS.lookup(op_key(op_type, domain), where=f" (node {node})" if node else "")
 
 
 def stop_edges(op_type, domain, extra=None):
     """Input indices of an op that never receive a gradient (ORT's table plus `extra`)."""
-    edges = set(STOP_GRADIENT_EDGES.get((op_type, _domain(domain)), ()))
+    edges = set(STOP_GRADIENT_EDGES.get(op_key(op_type, domain), ()))
     return edges | set((extra or {}).get(op_type, ()))
 
 
-@contextmanager
 def using_gradient(op_type, builder, domain=""):
     """Use `builder` for `op_type` inside a `with` block, then restore what was registered
     (how a lab checks a learner's builder without replacing ortlab's own)."""
-    key = (op_type, _domain(domain))
-    previous = GRADIENT_BUILDERS.get(key)
-    GRADIENT_BUILDERS[key] = builder
-    try:
-        yield builder
-    finally:
-        if previous is None:
-            GRADIENT_BUILDERS.pop(key, None)
-        else:
-            GRADIENT_BUILDERS[key] = previous
+    return GRADIENT_BUILDERS.using(op_key(op_type, domain), builder)
