@@ -210,33 +210,3 @@ configure_triton()
 if __name__ == "__main__":
     print(report())
 
-
-def _has_fileno(stream):
-    try:
-        stream.fileno()
-        return True
-    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
-        return False
-
-
-@contextlib.contextmanager
-def os_level_streams():
-    """Give sys.stdout and sys.stderr real file descriptors for a while.
-
-    ORTModule silences its C++ logs by redirecting file descriptors 1 and 2
-    (_suppress_os_stream_output in onnxruntime/training/ortmodule/_logger.py), which needs
-    sys.stdout.fileno(); Jupyter's streams lack one under some front ends (nbval's kernels,
-    pytest's capture). Inside this block Python's own prints go to the process's stdout.
-    """
-    if _has_fileno(sys.stdout) and _has_fileno(sys.stderr):
-        yield
-        return
-    saved = sys.stdout, sys.stderr
-    out, err = open(os.dup(1), "w"), open(os.dup(2), "w")
-    sys.stdout, sys.stderr = out, err
-    try:
-        yield
-    finally:
-        sys.stdout, sys.stderr = saved
-        out.close()
-        err.close()

@@ -5,7 +5,6 @@ Mirrors what onnxruntime/core/session/inference_session.h/.cc does in Load(),
 Initialize() and Run(), observed through the real session (onnxruntime 1.19.2,
 training build) rather than re-implemented.
 """
-import contextlib
 import json
 import os
 import re
@@ -14,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import helper
 
+from ortlab.capture import captured_fd, captured_lines, captured_stderr_fd  # noqa: F401 (kept importable here)
 from ortlab.env import providers as default_providers
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
+from ortlab.ir.onnx_defs import DEFAULT_OPSET, one_node_model
 
 ort = quiet_import("onnxruntime")
 
@@ -138,23 +138,6 @@ def _model_source(model):
     return str(path)
 
 
-@contextlib.contextmanager
-def captured_fd(sink, fd):
-    """Send file descriptor `fd` to `sink` for a while: C++ code writes there, around Python's sys streams."""
-    saved = os.dup(fd)
-    try:
-        os.dup2(sink.fileno(), fd)
-        yield
-    finally:
-        os.dup2(saved, fd)
-        os.close(saved)
-
-
-def captured_stderr_fd(sink):
-    """Send file descriptor 2 (where ORT's C++ logger writes) to `sink` for a while."""
-    return captured_fd(sink, 2)
-
-
 def initialization_log(model, severity=0, providers=None, **options):
     """The lines ORT logs while creating a session (0 = verbose), timestamps removed.
 
@@ -163,11 +146,9 @@ def initialization_log(model, severity=0, providers=None, **options):
     """
     so = session_options(**options)
     so.log_severity_level, so.log_verbosity_level = severity, 0
-    with tempfile.TemporaryFile(mode="w+") as sink:
-        with captured_stderr_fd(sink):
-            create(model, so, providers)
-        sink.seek(0)
-        return [_LOG_PREFIX.sub("", line.rstrip()) for line in sink if line.strip()]
+    with captured_lines(fds=(2,), python=False, clean=lambda line: _LOG_PREFIX.sub("", line.rstrip())) as lines:
+        create(model, so, providers)
+    return lines
 
 
 def grep(lines, *words):
@@ -215,26 +196,17 @@ def run_model(model, feeds, providers=("CPUExecutionProvider",)):
     return dict(zip(names, run_session(session, names, feeds)))
 
 
-def run_node(op_type, inputs, attributes=None, domain="", opset=17, outputs=1):
+def run_node(op_type, inputs, attributes=None, domain="", opset=DEFAULT_OPSET, outputs=1):
     """Run one op in ORT on numpy inputs (an OpTester in miniature); returns the output arrays.
 
     Mirrors the idea of onnxruntime/test/providers/op_tester.h: a one-node model
-    built from the inputs' types, run in a session of its own.
+    built from the inputs' types (ortlab.ir.onnx_defs.one_node_model; an input given as None is
+    an omitted optional input), run in a session of its own.
     """
-    arrays = [np.asarray(a) for a in inputs]
-    in_names = [f"in{i}" for i in range(len(arrays))]
-    out_names = [f"out{i}" for i in range(outputs)]
-    node = helper.make_node(op_type, in_names, out_names, domain=domain or None, **(attributes or {}))
-    graph = helper.make_graph(
-        [node], op_type,
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-         for n, a in zip(in_names, arrays)],
-        [onnx.ValueInfoProto(name=n) for n in out_names])  # types left to ORT's inference
-    imports = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
-    model = helper.make_model(graph, opset_imports=imports)
-    model.ir_version = 8
-    session = create(model, session_options("disable"), ["CPUExecutionProvider"])
-    return session.run(None, dict(zip(in_names, arrays)))
+    model = one_node_model(op_type, inputs, attributes, domain, opset, outputs, prefixes=("in", "out"),
+                           name=op_type)
+    feeds = {f"in{i}": np.asarray(a) for i, a in enumerate(inputs) if a is not None}
+    return list(run_model(model, feeds).values())
 
 
 def node_outputs(model, feeds, providers=("CPUExecutionProvider",)):

@@ -79,7 +79,7 @@ def test_environment_yml_pins_agree_with_pyproject():
 def test_os_level_streams_lends_file_descriptors_only_when_missing(capsys):
     import sys
 
-    from ortlab.env import os_level_streams
+    from ortlab.capture import os_level_streams
     with pytest.raises(Exception):
         sys.stdout.fileno()  # pytest's capture, like nbval's kernels, has none
     captured = sys.stdout

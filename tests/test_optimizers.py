@@ -130,6 +130,36 @@ def test_clipping_bounds_the_update_and_overflow_skips_the_step():
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
+def test_on_step_sees_each_recorded_step_and_can_change_the_learning_rate():
+    seen = []
+
+    def halve_lr(step, history):
+        seen.append((step, len(history.losses)))
+        for group in optimizer.param_groups:
+            group["lr"] *= 0.5
+
+    torch.manual_seed(0)
+    model = models.get("mlp", dropout=0.0)
+    optimizer = SGD(model.parameters(), lr=0.1)
+    train(model, [model.example_inputs()], optimizer, steps=3, progress=False, on_step=halve_lr)
+    assert seen == [(0, 1), (1, 2), (2, 3)] and optimizer.param_groups[0]["lr"] == pytest.approx(0.0125)
+
+
+def test_train_step_is_the_loops_step_and_a_plain_step_on_non_finite_gradients():
+    from ortlab.training import train_step
+
+    history, looped = _mlp_run()
+    torch.manual_seed(0)
+    model = models.get("mlp", dropout=0.0)
+    batches = [model.example_inputs(seed=s) for s in range(4)]
+    optimizer = SGD(model.parameters(), lr=0.1)
+    losses = [train_step(model, batches[k % 4], optimizer)[0].item() for k in range(12)]
+    assert losses == history.losses
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), looped.parameters()))
+    overflow, model = _mlp_run(loss_scale=1e39, skip_non_finite=False)   # steps anyway, as a plain loop
+    assert overflow.skipped == [] and not all(torch.isfinite(p).all() for p in model.parameters())
+
+
 def test_a_non_scalar_loss_is_explained():
     model = models.get("mlp", dropout=0.0)
     x, _ = model.example_inputs()

@@ -4,6 +4,7 @@ import pytest
 
 from ortlab import OrtlabError, models, session
 from ortlab.ir import Graph
+from ortlab.ir.onnx_defs import make_model
 
 CPU = ["CPUExecutionProvider"]
 
@@ -66,8 +67,7 @@ def test_run_model_returns_outputs_by_name():
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2]),
                                helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = make_model(graph, domains=())
     out = session.run_model(model, {"x": np.array([1.0, -2.0], np.float32)})
     assert list(out) == ["y", "z"]
     np.testing.assert_array_equal(out["y"], [-1.0, 2.0])
@@ -83,8 +83,7 @@ def test_node_outputs_are_every_intermediate_value_and_first_non_finite_finds_0_
     nodes = [helper.make_node("Relu", ["X"], ["r"], name="relu"), helper.make_node("Neg", ["r"], ["Y"], name="neg")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])],
                               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = make_model(graph, domains=())
     x = np.array([[-1.0, 2.0, -3.0], [4.0, -5.0, 6.0]], dtype=np.float32)
     dumped = {output: (node, op, value) for node, op, output, value in session.node_outputs(model, {"X": x})}
     assert list(dumped) == ["r", "Y"]
@@ -97,3 +96,24 @@ def test_node_outputs_are_every_intermediate_value_and_first_non_finite_finds_0_
     exported = models.export(norm, (row,))
     node, op, _ = session.first_non_finite(exported, {"input_0": row.numpy()})
     assert op == "Div"
+
+
+def test_captured_lines_collects_fds_prints_and_logging_and_restores_them():
+    import logging
+    import os
+    import sys
+
+    from ortlab.capture import captured_lines
+
+    before = os.fstat(2).st_ino, sys.stdout, logging.getLogger("orttraining").propagate
+    with captured_lines(loggers=("orttraining",), clean=lambda line: line.rstrip().upper()) as lines:
+        os.write(2, b"from c++ on fd 2\n")
+        os.write(1, b"from c++ on fd 1\n")
+        print("from python")
+        logging.getLogger("orttraining").warning("from a logger")
+        assert lines == []                      # filled when the block ends
+    assert lines == ["FROM C++ ON FD 2", "FROM C++ ON FD 1", "FROM PYTHON", "ORTTRAINING [WARNING] - FROM A LOGGER"]
+    assert (os.fstat(2).st_ino, sys.stdout, logging.getLogger("orttraining").propagate) == before
+    with captured_lines(fds=(2,), python=False) as dropped:
+        os.write(2, b"dropped\n")
+    assert dropped == ["dropped"]

@@ -39,6 +39,7 @@ def test_ort_cpp_gradient_graph_builder_differentiates_matmul_sqrt_reducesum():
     from onnxruntime.capi._pybind_state import GradientGraphBuilder
 
     from ortlab import session
+    from ortlab.ir.onnx_defs import make_model
 
     w = np.linspace(0.5, 1.5, 12, dtype=np.float32).reshape(3, 4)
     x = np.linspace(0.1, 1.0, 6, dtype=np.float32).reshape(2, 3)
@@ -49,12 +50,12 @@ def test_ort_cpp_gradient_graph_builder_differentiates_matmul_sqrt_reducesum():
                               [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])],
                               [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
                               [helper.make_tensor("W", TensorProto.FLOAT, [3, 4], w.ravel())])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
-    model.ir_version = 8
+    model = make_model(graph, opset=12, domains=())
     builder = GradientGraphBuilder(model.SerializeToString(), {"loss"}, {"W"}, "loss")
     builder.build()
     grad_model = onnx.load_from_string(builder.get_model())
     assert [o.name for o in grad_model.graph.output] == ["loss", "W_grad"]
-    loss, w_grad = session.create(grad_model, providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    outputs = session.run_model(grad_model, {"X": x})
+    loss, w_grad = outputs["loss"], outputs["W_grad"]
     np.testing.assert_allclose(loss, np.sqrt(x @ w).sum(), rtol=1e-6)
     np.testing.assert_allclose(w_grad, x.T @ (0.5 / np.sqrt(x @ w)), rtol=1e-5)

@@ -24,13 +24,14 @@ def as_valid_model(model, what):
 
 
 def run_in_ort(model, feeds, what):
+    """The model's outputs in graph order (ortlab.session.run_model), or CheckFailed with ORT's reason."""
     from ortlab import session
 
     try:
-        sess = session.create(model, session.session_options("disable"), ["CPUExecutionProvider"])
-        return sess.run(None, feeds)
+        return list(session.run_model(model, feeds).values())
     except Exception as exc:
-        raise CheckFailed(f"ORT could not run {what}'s model: {str(exc).splitlines()[0]}") from None
+        reason = str(exc).splitlines()[0].split("] : ")[-1]  # ORT's message, without "[ONNXRuntimeError]"
+        raise CheckFailed(f"ORT could not run {what}'s model: {reason}") from None
 
 
 def _io(model):

@@ -7,14 +7,14 @@ A learner's builder is checked on one-op models whose loss is sum(Y · R) for a 
 differences (ortlab.gradients.check_gradient) and, where ORT has a builder, against ORT's graph.
 Wrong answers are matched against the usual mistakes to say which one it probably is.
 """
-import os
-import tempfile
+import contextlib
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from ortlab.capture import captured_lines
 from ortlab.errors import OrtlabError
 from ortlab.gradients import (build_gradient_graph, builder_from_definition, check_gradient,
                               ort_gradient_graph, register_ort_gradient, using_gradient)
@@ -64,7 +64,7 @@ def _run(model, feeds, whose, shown=None):
     from ortlab import session
 
     try:
-        with tempfile.TemporaryFile(mode="w+") as log, session.captured_stderr_fd(log):
+        with captured_lines(fds=(2,), python=False):  # ORT's C++ warnings, not the learner's business
             return session.run_model(model, feeds)
     except Exception as exc:
         reason = str(exc).splitlines()[0].split("] : ")[-1]
@@ -200,7 +200,10 @@ class SoftplusMLP(torch.nn.Module):
 
 def train_softplus_mlp(use_ort, steps=20, seed=0, lr=0.05):
     """Losses of a short regression run, in ORTModule (no fallback to PyTorch) or in PyTorch."""
-    from ortlab.env import os_level_streams, quiet_import, seed_everything
+    from ortlab.capture import os_level_streams
+    from ortlab.env import quiet_import, seed_everything
+    from ortlab.training import train
+    from ortlab.training.ortmodule import ortmodule_env
 
     seed_everything(seed)
     model = SoftplusMLP()
@@ -214,17 +217,12 @@ def train_softplus_mlp(use_ort, steps=20, seed=0, lr=0.05):
             raise OrtlabError("ORT has no gradient for Softplus in this process yet, so ORTModule cannot "
                               "train this model: finish exercise 'ort_definition' (it registers yours) "
                               "and run its cell first") from None
-        os.environ["ORTMODULE_FALLBACK_POLICY"] = "FALLBACK_DISABLE"  # fail rather than use PyTorch
-        model = quiet_import("onnxruntime.training.ortmodule").ORTModule(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    losses = []
-    with warnings.catch_warnings(), os_level_streams():  # ORTModule's first run: no DeepSpeed, torch's notice
-        warnings.filterwarnings("ignore", "DeepSpeed import error", UserWarning)
-        warnings.filterwarnings("ignore", "Setting `training`", FutureWarning)
-        for _ in range(steps):
-            optimizer.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-    return losses
+    # ORTMODULE_FALLBACK_POLICY: fail rather than use PyTorch; set for this run only
+    with ortmodule_env(FALLBACK_POLICY="FALLBACK_DISABLE") if use_ort else contextlib.nullcontext():
+        if use_ort:
+            model = quiet_import("onnxruntime.training.ortmodule").ORTModule(model)
+        with warnings.catch_warnings(), os_level_streams():  # ORTModule's first run: no DeepSpeed, torch's notice
+            warnings.filterwarnings("ignore", "DeepSpeed import error", UserWarning)
+            warnings.filterwarnings("ignore", "Setting `training`", FutureWarning)
+            return train(model, [(x, y)], torch.optim.SGD(model.parameters(), lr=lr), steps,
+                         loss_fn=torch.nn.functional.mse_loss, progress=False).losses

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 from onnx import defs, helper
 
+from ortlab.ir.onnx_defs import DEFAULT_OPSET, FUNCTION_IR_VERSION, ONNX_DOMAIN
 from ortlab.labs.checks import CheckFailed, check, compare
 from ortlab.labs.lab01 import run_in_ort
 
@@ -33,10 +34,9 @@ def model_using(version, attributes, elem_type=onnx.TensorProto.FLOAT, shape=(2,
     graph = helper.make_graph([node], "uses_scaled_tanh",
                               [helper.make_tensor_value_info("x", elem_type, list(shape))],
                               [helper.make_tensor_value_info("y", elem_type, list(shape))])
-    model = helper.make_model(graph, functions=list(functions),
-                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, version)])
-    model.ir_version = 9  # function attribute defaults need IR 9
-    return model
+    return helper.make_model(graph, functions=list(functions), ir_version=FUNCTION_IR_VERSION,
+                             opset_imports=[helper.make_opsetid(ONNX_DOMAIN, DEFAULT_OPSET),
+                                            helper.make_opsetid(DOMAIN, version)])
 
 
 def _accepts(model):

@@ -8,7 +8,7 @@ import torch
 
 from ortlab import models
 from ortlab.labs.checks import call_learner, check, compare
-from ortlab.training import progression_batches, train
+from ortlab.training import progression_batches, train, train_step
 from ortlab.training import ortmodule as om
 
 VOCAB, TARGET, MAX_STEPS = 16, 0.5, 300
@@ -25,10 +25,7 @@ def tiny_gpt(seed=0):
 
 
 def _reference_step(model, optimizer, batch):
-    optimizer.zero_grad()
-    loss = model(*batch)
-    loss.backward()
-    optimizer.step()
+    loss, _, _ = train_step(model, batch, optimizer, skip_non_finite=False)  # a plain step
     return loss.item()
 
 

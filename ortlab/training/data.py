@@ -7,11 +7,9 @@ import torch
 
 from ortlab.errors import OrtlabError
 
-IGNORE_INDEX = -100  # torch's (and ORT's SoftmaxCrossEntropyLoss') default ignore_index
-
 
 def progressions(batch, seq, vocab=64, max_stride=8, seed=0):
-    """(input_ids, labels), both int64 [batch, seq]; labels are the next tokens, the last ignored."""
+    """(input_ids, labels), both int64 [batch, seq]; labels are the next tokens (input_ids shifted by one)."""
     if seq < 2 or vocab < 2 or not 1 <= max_stride < vocab:
         raise OrtlabError(f"need seq >= 2, vocab >= 2 and 1 <= max_stride < vocab; got seq={seq}, "
                           f"vocab={vocab}, max_stride={max_stride}")

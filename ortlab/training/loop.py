@@ -56,44 +56,61 @@ def _batch(batches, step):
     return batches(step) if callable(batches) else batches[step % len(batches)]
 
 
+def train_step(model, batch, optimizer, loss_fn=None, clip_norm=None, loss_scale=1.0, skip_non_finite=True):
+    """One step, in this order: zero_grad, forward, backward (of loss · loss_scale), unscale, clip, step.
+
+    Returns (loss, norm, stepped): the loss tensor, the gradients' global norm before clipping,
+    and whether the optimizer stepped (not when the norm is not finite and skip_non_finite).
+    Without loss_fn the model returns the loss itself; with it, loss_fn(model(*batch[:-1]), batch[-1]).
+    """
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    optimizer.zero_grad()
+    loss = model(*batch) if loss_fn is None else loss_fn(model(*batch[:-1]), batch[-1])
+    if loss.dim() != 0:
+        raise TrainingError(f"the loss must be a scalar, got shape {tuple(loss.shape)}: return "
+                            "a reduced loss or pass loss_fn")
+    (loss * loss_scale).backward()
+    if loss_scale != 1.0:
+        for p in params:
+            if p.grad is not None:
+                p.grad.div_(loss_scale)
+    norm = global_norm(params)
+    stepped = math.isfinite(norm) or not skip_non_finite
+    if stepped:
+        if clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(params, clip_norm)
+        optimizer.step()
+    return loss, norm, stepped
+
+
 def train(model, batches, optimizer, steps, loss_fn=None, clip_norm=None, loss_scale=1.0,
-          progress=True, desc="train"):
-    """Train for `steps` steps and return a History.
+          progress=True, desc="train", on_step=None, skip_non_finite=True):
+    """Train for `steps` steps of train_step and return a History.
 
     batches: a list of input tuples (cycled) or a function step -> tuple. Without loss_fn the
     model returns the loss itself (the zoo's models do, given labels); with it,
     loss = loss_fn(model(*batch[:-1]), batch[-1]). clip_norm clips the global norm;
     loss_scale multiplies the loss before backward and divides the gradients after, skipping
-    the update when a gradient is not finite.
+    the update when a gradient is not finite (skip_non_finite=False steps anyway, as a plain
+    loop does). on_step(step, history) is called after each step is recorded (to print, to
+    change the learning rate, to look at the gradients).
     """
     if steps < 1 or (not callable(batches) and not len(batches)):
         raise TrainingError("need steps >= 1 and at least one batch")
-    history, params = History(), [p for g in optimizer.param_groups for p in g["params"]]
+    history = History()
     bar = tqdm(range(steps), desc=desc, disable=not progress, leave=True)
     for step in bar:
         start = time.perf_counter()
-        batch = _batch(batches, step)
-        optimizer.zero_grad()
-        loss = model(*batch) if loss_fn is None else loss_fn(model(*batch[:-1]), batch[-1])
-        if loss.dim() != 0:
-            raise TrainingError(f"the loss must be a scalar, got shape {tuple(loss.shape)}: return "
-                                "a reduced loss or pass loss_fn")
-        (loss * loss_scale).backward()
-        if loss_scale != 1.0:
-            for p in params:
-                if p.grad is not None:
-                    p.grad.div_(loss_scale)
-        norm = global_norm(params)
-        if math.isfinite(norm):
-            if clip_norm is not None:
-                torch.nn.utils.clip_grad_norm_(params, clip_norm)
-            optimizer.step()
-        else:
+        loss, norm, stepped = train_step(model, _batch(batches, step), optimizer, loss_fn, clip_norm, loss_scale,
+                                         skip_non_finite)
+        if not stepped:
             history.skipped.append(step)
         history.step_times.append(time.perf_counter() - start)
         history.losses.append(loss.item())
         history.grad_norms.append(norm)
         bar.set_postfix(loss=f"{history.losses[-1]:.4f}", refresh=False)
+        if on_step is not None:
+            on_step(step, history)
     bar.close()
     return history
 

@@ -125,12 +125,3 @@ class LAMB(_Plain):
         state["trust_ratio"] = float(trust)
         p.sub_(lr * trust * u)
 
-
-OPTIMIZERS = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "lamb": LAMB}
-
-
-def get(name, params, **kwargs):
-    """An optimizer by name ('sgd', 'adam', 'adamw', 'lamb')."""
-    if name.lower() not in OPTIMIZERS:
-        raise OptimizerError(f"no optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
-    return OPTIMIZERS[name.lower()](params, **kwargs)

@@ -6,9 +6,9 @@ options in options.py, the ORTMODULE_* variables in options.py's _RuntimeOptions
 names in _graph_execution_manager.py). Its Python logger writes through the root logger, its
 C++ core straight to file descriptors 1 and 2; `captured_logs` collects both.
 """
+import collections
 import contextlib
 import copy
-import logging
 import os
 import re
 import tempfile
@@ -20,8 +20,11 @@ from pathlib import Path
 import onnx
 import torch
 
+from ortlab.capture import captured_lines
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
+from ortlab.ir.onnx_defs import node_op_name
+from ortlab.training.loop import train as torch_train
 
 # What ORTModule writes with DebugOptions(save_onnx=True), in the order it makes them.
 DUMPS = ("torch_exported", "post_processed", "optimized_pre_grad", "optimized", "execution_model")
@@ -60,52 +63,13 @@ def clean_log_line(line):
     return re.sub(r"^\[([VIWEF]):onnxruntime:[^\]]*\] ", r"onnxruntime [\1] ", line)
 
 
-@contextlib.contextmanager
-def _logging_to(sink):
-    """Python logging into `sink`: the root logger's stream handlers, and a handler of our own on
-    ORTModule's logger (whatever the root logger is set up to do in this process)."""
-    handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
-    old_streams = [h.setStream(sink) for h in handlers]
-    own = logging.StreamHandler(sink)
-    own.setFormatter(logging.Formatter("%(name)s [%(levelname)s] - %(message)s"))
-    ort_logger = logging.getLogger("orttraining")
-    propagate, ort_logger.propagate = ort_logger.propagate, False
-    ort_logger.addHandler(own)
-    try:
-        yield
-    finally:
-        for handler, stream in zip(handlers, old_streams):
-            handler.setStream(stream)
-        ort_logger.removeHandler(own)
-        ort_logger.propagate = propagate
-
-
-@contextlib.contextmanager
 def captured_logs():
-    """Collect what ORTModule says inside the block: Python logging, prints, C++ logs (fds 1, 2).
+    """Collect what ORTModule says inside the block: Python logging (its 'orttraining' logger and the
+    root logger's stream handlers), prints, C++ logs (fds 1, 2); ortlab.capture.captured_lines.
 
-    Yields a list that holds the cleaned lines once the block ends.
+    Yields a list that holds the cleaned lines (clean_log_line) once the block ends.
     """
-    from ortlab.session import captured_fd
-
-    lines = []
-    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
-        # O_APPEND: Python's writes and the C++ core's writes to fds 1 and 2 all go to the end
-        sink = stack.enter_context(open(os.open(Path(tmp) / "log", os.O_RDWR | os.O_CREAT | os.O_APPEND),
-                                        "a+", buffering=1))
-        stack.callback(lambda: lines.extend(clean_log_line(line) for line in _read_all(sink) if line.strip()))
-        stack.enter_context(_logging_to(sink))
-        stack.enter_context(contextlib.redirect_stdout(sink))
-        stack.enter_context(contextlib.redirect_stderr(sink))
-        stack.enter_context(captured_fd(sink, 1))
-        stack.enter_context(captured_fd(sink, 2))
-        yield lines
-
-
-def _read_all(sink):
-    sink.flush()
-    sink.seek(0)
-    return sink.readlines()
+    return captured_lines(loggers=("orttraining",), clean=clean_log_line)
 
 
 @contextlib.contextmanager
@@ -212,7 +176,8 @@ def fell_back(model):
 
 def train(module, batches, steps, lr=0.05, log_level="WARNING", save_onnx=True, prefix="model",
           folder=None, fix_label_hook=True, profile=False, **variables):
-    """Train `module` with ORTModule and torch.optim.SGD; `variables` are ORTMODULE_* settings.
+    """Train `module` with ORTModule and torch.optim.SGD in ortlab.training.train's loop (stepping
+    even on non-finite gradients, as a plain loop does); `variables` are ORTMODULE_* settings.
 
     Everything ORTModule prints is captured into the returned OrtModuleRun's log.
     fix_label_hook applies label_sparsity_hook_fix (needed to turn the compute optimizer off);
@@ -221,7 +186,7 @@ def train(module, batches, steps, lr=0.05, log_level="WARNING", save_onnx=True, 
     quiet_import("onnxruntime.training.ortmodule")  # its logging handler exists before the capture
     folder = Path(variables.get("SAVE_ONNX_PATH") or folder or tempfile.mkdtemp(prefix="ortmodule-"))
     folder.mkdir(parents=True, exist_ok=True)
-    losses, times, start = [], [], time.perf_counter()
+    start = time.perf_counter()
     fix = label_sparsity_hook_fix() if fix_label_hook else contextlib.nullcontext()
     profiling = profiled_sessions(folder) if profile else contextlib.nullcontext()
     trace = None
@@ -229,15 +194,8 @@ def train(module, batches, steps, lr=0.05, log_level="WARNING", save_onnx=True, 
         warnings.simplefilter("ignore")
         try:
             model = ortmodule(module, log_level, save_onnx, prefix, folder)
-            optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-            for step in range(steps):
-                t0 = time.perf_counter()
-                optimizer.zero_grad()
-                loss = model(*batches[step % len(batches)])
-                loss.backward()
-                optimizer.step()
-                times.append(time.perf_counter() - t0)
-                losses.append(loss.item())
+            history = torch_train(model, batches, torch.optim.SGD(model.parameters(), lr=lr), steps,
+                                  progress=False, skip_non_finite=False)
             if profile and not fell_back(model):
                 trace = end_profiling(model)
         except Exception as exc:
@@ -251,8 +209,8 @@ def train(module, batches, steps, lr=0.05, log_level="WARNING", save_onnx=True, 
         if cause:
             reason += f" (caused by {cause[:160]})"
         raise OrtModuleError(f"ORTModule failed: {type(failure).__name__}: {reason}") from None
-    return OrtModuleRun(losses, log, folder, prefix, fell_back(model), time.perf_counter() - start, times, trace,
-                        model)
+    return OrtModuleRun(history.losses, log, folder, prefix, fell_back(model), time.perf_counter() - start,
+                        history.step_times, trace, model)
 
 
 LINE_KINDS = {"ORTModule INFO lines": "orttraining [INFO]", "ORTModule WARNING lines": "orttraining [WARNING]",
@@ -349,7 +307,6 @@ def step_time_table(module, batches, steps=20, warmup=3, lr=0.05):
     the fastest and slowest of those steps, and the first step. Times are this machine's."""
     from statistics import median
 
-    from ortlab.training.loop import train as torch_train
     from ortlab.viz import Table
 
     if steps <= warmup:
@@ -364,12 +321,8 @@ def step_time_table(module, batches, steps=20, warmup=3, lr=0.05):
 
 
 def op_counts(model):
-    """{op type: count} of a model's nodes (domain-qualified for non-ONNX domains)."""
-    counts = {}
-    for node in model.graph.node:
-        key = f"{node.domain}:{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
-        counts[key] = counts.get(key, 0) + 1
-    return counts
+    """{op type: count} of a model's nodes, printed as onnx_defs.op_name: 'com.microsoft:Gelu'."""
+    return dict(collections.Counter(node_op_name(node) for node in model.graph.node))
 
 
 def graph_changes(graphs):

@@ -9,6 +9,7 @@ and a PNG (matplotlib; shown where HTML is not trusted).
 import html
 from dataclasses import dataclass
 
+from ortlab.ir.onnx_defs import domain_of
 
 BOX_W, BOX_H, GAP_X, GAP_Y, MARGIN = 120, 26, 16, 22, 10
 MAX_NODES = 120  # a bigger graph is drawn up to here (a thumbnail); Netron shows all of it
@@ -42,8 +43,9 @@ def _family(op_type):
 
 
 def _label(node):
-    domain = "" if node.domain in ("", "ai.onnx") else node.domain.split(".")[-1] + ":"
-    return domain + node.op_type
+    """The op type, prefixed by the last part of a non-ONNX domain: 'microsoft:Gelu'."""
+    domain = domain_of(node.domain)
+    return f"{domain.split('.')[-1]}:{node.op_type}" if domain else node.op_type
 
 
 def drawn_nodes(model):
