@@ -123,6 +123,7 @@ def test_indices_are_identities_that_survive_removal():
     with pytest.raises(OrtlabError, match="no node with index 1"):
         graph.node(1)
     assert graph.producer("G") is new and graph.consumers("H") == [new]
+    assert graph.has_node(new) and not graph.has_node(gelu) and not Graph().has_node(new)
 
 
 def test_rewiring_keeps_producers_and_consumers_right():
@@ -133,6 +134,18 @@ def test_rewiring_keeps_producers_and_consumers_right():
     assert [n.op_type for n in graph.consumers("H2")] == ["Gelu"]
     graph.replace_node_output(graph.node(3), 0, "Y2")
     assert graph.producer("Y") is None and graph.producer("Y2").name == "sum"
+    assert graph.append_node_output(copy, "") == 1 and graph.append_node_output(copy, "H3") == 2
+    assert copy.output_names == ["H2", "", "H3"] and graph.producer("H3") is copy
+
+
+def test_every_ir_error_is_a_graph_error():
+    from ortlab.ir import GraphError, topological_order
+
+    assert all(issubclass(e, GraphError) for e in (GraphCycleError, MissingInputError, UnknownOpError,
+                                                   DuplicateProducerError))
+    assert topological_order.GraphCycleError is GraphCycleError
+    with pytest.raises(GraphError, match="unknown order 'fastest'"):
+        Graph.from_model(hand_built()).topological_order("fastest")
 
 
 # --- Resolve's errors ------------------------------------------------------------------------

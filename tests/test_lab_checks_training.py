@@ -82,11 +82,8 @@ def test_lab06_layer_ops(capsys, profiles):
     (_stub, "[NOT DONE]")])
 def test_lab06_doctor_check(capsys, body, words):
     body.__name__ = "standalone_gelu"
-    profiling.register_check(body)
-    try:
+    with profiling.CHECKS.using("standalone_gelu", body):
         assert words in verdict(capsys, lambda: lab06.check_bias_gelu_check("standalone_gelu"))
-    finally:
-        del profiling.CHECKS["standalone_gelu"]
     assert "is registered yet" in verdict(capsys, lambda: lab06.check_bias_gelu_check("standalone_gelu"))
 
 

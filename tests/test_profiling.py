@@ -161,14 +161,32 @@ def test_doctor_errors_and_extension():
     with pytest.raises(profiling.DoctorError, match="train with save_onnx=True"):
         profiling.diagnose_dumps({})
 
-    @profiling.register_check
+    with pytest.raises(profiling.DoctorError, match="did you mean memcpy"):
+        diagnose(_graph([]), "memcopy")
+
     def sqrt_nodes(graph, uses):
         return [profiling.Finding("sqrt_nodes", n.name, n.op_type, "a Sqrt") for n in graph.node if n.op_type == "Sqrt"]
 
     try:
+        assert profiling.register_check(sqrt_nodes) is sqrt_nodes
         assert diagnose(_graph([_n("Sqrt", ["X"], ["Y"], "s")])).counts()["sqrt_nodes"] == 1
+        assert list(profiling.CHECKS)[-1] == "sqrt_nodes"
     finally:
-        del profiling.CHECKS["sqrt_nodes"]
+        profiling.CHECKS.unregister("sqrt_nodes")
+    assert "sqrt_nodes" not in profiling.CHECKS
+
+
+def test_uses_answers_with_the_checked_graphs_own_nodes():
+    from ortlab.profiling.graph_doctor import Uses
+
+    model = _graph([_n("Add", ["X", "X"], ["a"], "add"), _n("Mul", ["a", "a"], ["Y"], "mul")])
+    uses = Uses(model)
+    add, mul = model.graph.node
+    assert uses.before(mul) == [add, add] and all(p is add for p in uses.before(mul))  # one per edge
+    assert [c.name for c in uses.after(add)] == ["mul", "mul"] and uses.before(add) == []
+    assert uses.graph.producer("a").name == "add"
+    with pytest.raises(profiling.DoctorError, match="take a node of the graph the check was given"):
+        uses.before(_n("Relu", ["a"], ["r"], "elsewhere"))
 
 
 def test_plan_table_lists_each_nodes_output_bytes_in_execution_order():

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import helper, numpy_helper
 
+from ortlab.ir import Graph
+from ortlab.ir.onnx_defs import DEFAULT_OPSET, domain_of, make_model, node_op_name, op_name
 from ortlab.viz import Table
 
 
@@ -24,12 +26,14 @@ class OpModel:
     loss: str = "loss"
 
 
-def op_model(op_type, inputs, constants=(), attributes=None, domain="", outputs=1, seed=0, opset=17):
+def op_model(op_type, inputs, constants=(), attributes=None, domain="", outputs=1, seed=0, opset=DEFAULT_OPSET):
     """Y = op(inputs...) and loss = ReduceSum(Y · R) for a fixed random R of Y's shape.
 
     inputs: {name: array} in the node's input order ('' for an absent optional input);
     constants: the names among them that are initializers (shapes, axes, ratios), not x's;
     outputs: how many outputs the node has (Y, Y1, ...; only Y feeds the loss).
+    Not onnx_defs.one_node_model: the inputs keep the caller's names (X, A, B...), which the
+    gradient nodes printed beside ORT's carry.
     """
     from ortlab.session import run_node
 
@@ -37,7 +41,7 @@ def op_model(op_type, inputs, constants=(), attributes=None, domain="", outputs=
     y = run_node(op_type, list(present.values()), attributes, domain, opset, outputs)[0]
     r = np.random.default_rng(seed).standard_normal(np.shape(y)).astype(y.dtype)
     names = ["Y"] + [f"Y{k}" for k in range(1, outputs)]
-    nodes = [helper.make_node(op_type, list(inputs), names, name=op_type, domain=domain or None,
+    nodes = [helper.make_node(op_type, list(inputs), names, name=op_type, domain=domain_of(domain) or None,
                               **(attributes or {})),
              helper.make_node("Mul", ["Y", "R"], ["YR"], name="loss_scale"),
              helper.make_node("ReduceSum", ["YR"], ["loss"], name="loss_sum", keepdims=0)]
@@ -48,28 +52,27 @@ def op_model(op_type, inputs, constants=(), attributes=None, domain="", outputs=
          for n in xs],
         [helper.make_tensor_value_info("loss", helper.np_dtype_to_tensor_dtype(y.dtype), [])],
         [numpy_helper.from_array(present[n], n) for n in constants] + [numpy_helper.from_array(r, "R")])
-    imports = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
-    model = helper.make_model(graph, opset_imports=imports)
-    model.ir_version = 8
+    model = make_model(graph, opset, domains=(domain_of(domain),) if domain_of(domain) else ())
     return OpModel(model, {n: present[n] for n in xs}, xs, r)
 
 
 def gradient_nodes(gradient_model, forward_model, of=None):
     """The nodes a gradient builder added: those of `gradient_model` that are not forward nodes
-    (same name, or same first output), only those of forward node `of` when given (both ORT
-    and ortlab name a builder's nodes '<forward node>_Grad/...')."""
-    names = {n.name for n in forward_model.graph.node if n.name}
-    firsts = {n.output[0] for n in forward_model.graph.node if n.output}
-    nodes = [n for n in gradient_model.graph.node if n.name not in names and n.output[0] not in firsts]
-    return [n for n in nodes if of is None or n.name.startswith(f"{of}_Grad/")]
+    (same name, or a first output that a forward node produces), only those of forward node `of`
+    when given (both ORT and ortlab name a builder's nodes '<forward node>_Grad/...').
+    NodeProtos of `gradient_model`, in its order."""
+    forward, gradient = Graph.from_model(forward_model), Graph.from_model(gradient_model)
+    names = {n.name for n in forward.nodes() if n.name}
+    added = [n for n in gradient.nodes() if n.name not in names and not _computes_a_value_of(forward, n)]
+    return [gradient_model.graph.node[n.index] for n in added if of is None or n.name.startswith(f"{of}_Grad/")]
 
 
-def _op(node):
-    return f"{node.domain}:{node.op_type}" if node.domain else node.op_type
+def _computes_a_value_of(forward, node):
+    return bool(node.outputs) and forward.producer(node.outputs[0].name) is not None
 
 
 def _describe(node):
-    return f"{_op(node)}({', '.join(node.input)}) -> {', '.join(node.output)}"
+    return f"{node_op_name(node)}({', '.join(node.input)}) -> {', '.join(node.output)}"
 
 
 def side_by_side(forward_model, ours, theirs, of=None):
@@ -82,7 +85,7 @@ def side_by_side(forward_model, ours, theirs, of=None):
 
 def count_by_type(forward_model, **gradient_models):
     """Gradient nodes by op type for each named gradient model, with totals."""
-    counts = {name: Counter(_op(n) for n in gradient_nodes(m, forward_model))
+    counts = {name: Counter(node_op_name(n) for n in gradient_nodes(m, forward_model))
               for name, m in gradient_models.items()}
     ops = sorted(set().union(*counts.values()), key=lambda op: (-max(c[op] for c in counts.values()), op))
     rows = [(op, *(c[op] for c in counts.values())) for op in ops]
@@ -98,7 +101,7 @@ def builders_table():
     for (op, domain), fn in sorted(GRADIENT_BUILDERS.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         doc = " ".join((fn.__doc__ or "").split())
         math, _, ort = doc.partition(" ORT")
-        rows.append((f"{domain}:{op}" if domain else op, fn.__name__, math, ("ORT" + ort) if ort else ""))
+        rows.append((op_name(op, domain), fn.__name__, math, ("ORT" + ort) if ort else ""))
     return Table(("op", "builder", "computes", "ORT's builder"), rows)
 
 

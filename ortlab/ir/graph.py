@@ -13,10 +13,13 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from ortlab.errors import OrtlabError, as_names
+from ortlab.errors import as_names
+from ortlab.ir.errors import (DuplicateProducerError, GraphCycleError, GraphError,  # noqa: F401 (re-exported)
+                              MissingInputError, UnknownOpError)
 from ortlab.ir.node import Node
 from ortlab.ir.node_arg import NodeArg, type_of_tensor
 from ortlab.ir import topological_order as orders
+from ortlab.ir.onnx_defs import DEFAULT_OPSET, IR_VERSION, ONNX_DOMAIN, domain_of, opset_of
 
 # Domains whose schemas live in ORT's C++ only; onnx.defs cannot check their ops.
 ORT_DOMAINS = ("com.microsoft", "com.microsoft.nchwc", "com.microsoft.internal.nhwc")
@@ -25,26 +28,7 @@ ORT_DOMAINS = ("com.microsoft", "com.microsoft.nchwc", "com.microsoft.internal.n
 # load: onnxruntime/core/graph/model_load_utils.h, ValidateOpsetForDomain). onnx itself may know
 # newer ones (onnx 1.17 has opset 22), which ORT 1.19.2 still refuses.
 ORT_VERSION = "1.19.2"
-ORT_MAX_OPSET = {"": 21, "ai.onnx": 21, "com.microsoft": 1}
-
-
-class GraphError(OrtlabError):
-    """A graph is not valid: see the message for what and where."""
-
-
-class UnknownOpError(GraphError):
-    """A node's op (or its domain or opset) is not known."""
-
-
-class MissingInputError(GraphError):
-    """A node reads a value that no node, graph input or initializer provides."""
-
-
-class DuplicateProducerError(GraphError):
-    """Two nodes produce the same value (ONNX graphs are in single-assignment form)."""
-
-
-GraphCycleError = orders.GraphCycleError
+ORT_MAX_OPSET = {ONNX_DOMAIN: 21, "com.microsoft": 1}
 
 
 class Graph:
@@ -52,7 +36,7 @@ class Graph:
 
     def __init__(self, name="graph", opset_imports=None):
         self.name = name
-        self.opset_imports = dict(opset_imports or {"": 17})
+        self.opset_imports = dict(opset_imports or {ONNX_DOMAIN: DEFAULT_OPSET})
         self.inputs, self.outputs = [], []
         self.initializers = {}
         self._nodes = []  # index -> Node, None once removed (indices are never reused)
@@ -68,9 +52,13 @@ class Graph:
     def from_model(cls, model, constants_as_initializers=False):
         """Build a Graph from an onnx.ModelProto (or a path to one).
 
+        Node k is model.graph.node[k] (index k), so a caller that reads the Graph can hand
+        back the original NodeProtos: model.graph.node[node.index]. Nothing is checked here
+        (unknown ops, ORT's com.microsoft ops, training graphs all load); resolve() checks.
         constants_as_initializers=True does what ORT's Graph constructor does on load
         (graph.cc): each Constant node becomes an initializer named after its output,
-        so the node set and node indices are those ORT's own graph has.
+        so the node set and node indices are those ORT's own graph has (then node k is no
+        longer proto k).
         """
         if isinstance(model, (str, Path)):
             model = load_model(model)
@@ -127,7 +115,7 @@ class Graph:
             if fields.get(name):
                 setattr(model, name, fields[name])
         if "ir_version" not in fields:
-            model.ir_version = 8  # what onnxruntime 1.19.2 reads comfortably
+            model.ir_version = IR_VERSION
         for name in ("metadata_props", "functions", "training_info"):
             getattr(model, name).extend(fields.get(name, []))
         return model
@@ -165,6 +153,7 @@ class Graph:
         return self._args.get(name)
 
     def node_args(self):
+        """Every NodeArg, in creation order."""
         return list(self._args.values())
 
     # --- nodes -------------------------------------------------------------------------------
@@ -174,6 +163,7 @@ class Graph:
         return [n for n in self._nodes if n is not None]
 
     def node(self, index):
+        """The live node with this index (ORT's Graph::GetNode); a GraphError for a removed one."""
         if not isinstance(index, int) or isinstance(index, bool):
             raise GraphError(f"node() takes a node index (an int), not {type(index).__name__} {index!r}; "
                              "find a node by name with [n for n in graph.nodes() if n.name == ...]")
@@ -182,10 +172,6 @@ class Graph:
             raise GraphError(f"no node with index {index} (removed, or never added); "
                              f"live indices: {[n.index for n in self.nodes()]}")
         return node
-
-    @property
-    def max_node_index(self):
-        return len(self._nodes)
 
     def add_node(self, op_type, inputs, outputs, name="", domain="", _attributes=(), _doc="",
                  **attributes):
@@ -225,7 +211,8 @@ class Graph:
         self._nodes[node.index] = None
 
     def producer(self, name):
-        """The node producing `name`, or None for graph inputs and initializers (GetProducerNode)."""
+        """The node producing `name`, or None for graph inputs, initializers and unknown names
+        (GetProducerNode); a DuplicateProducerError when two nodes produce it."""
         found = self._producers.get(name, [])
         if len(found) > 1:
             raise DuplicateProducerError(self._duplicate_message(name, found))
@@ -258,6 +245,22 @@ class Graph:
         self._unlink(table, args[slot].name, node.index)
         args[slot] = self.get_or_create_node_arg(name)
         self._link(table, name, node.index)
+
+    def append_node_output(self, node, name=""):
+        """Give `node` one more output, `name` ('' for an absent optional one); returns its index.
+        ORT's node.MutableOutputDefs().push_back, with the producer map kept right."""
+        node = self._live(node)
+        if not isinstance(name, str):
+            raise GraphError(f"a value name is a str, not {type(name).__name__} {name!r}")
+        node.outputs.append(self.get_or_create_node_arg(name))
+        self._link(self._producers, name, node.index)
+        return len(node.outputs) - 1
+
+    def has_node(self, node):
+        """True when `node` (a Node) is a live node of this graph, i.e. not removed."""
+        index = getattr(node, "index", None)
+        return (isinstance(index, int) and 0 <= index < len(self._nodes)
+                and self._nodes[index] is node)
 
     def replace_all_uses(self, old, new, exclude=()):
         """Every consumer of `old` (and the graph outputs) reads `new` instead, except the
@@ -293,11 +296,13 @@ class Graph:
         return arg
 
     def remove_initializer(self, name):
+        """Drop an initializer (and its graph input, if it is one); its NodeArg stays."""
         self.initializers.pop(name, None)
         if name in self.inputs:
             self.inputs.remove(name)
 
     def initializer_value(self, name):
+        """An initializer as a numpy array."""
         if name not in self.initializers:
             raise GraphError(f"no initializer named {name!r}; initializers: {sorted(self.initializers)[:10]}"
                              f"{'...' if len(self.initializers) > 10 else ''}")
@@ -354,7 +359,7 @@ class Graph:
             if not isinstance(version, int) or isinstance(version, bool) or version < 1:
                 raise UnknownOpError(f"the opset import of domain '{domain or 'ai.onnx'}' has version "
                                      f"{version!r}; an opset version is a positive int")
-            highest = ORT_MAX_OPSET.get(domain or "")
+            highest = ORT_MAX_OPSET.get(domain_of(domain))
             if highest is not None and version > highest:
                 raise UnknownOpError(
                     f"the model imports opset {version} of domain '{domain or 'ai.onnx'}', but ORT "
@@ -373,9 +378,7 @@ class Graph:
         """Check that the op exists; returns True when onnx.defs holds its schema (so its
         arity, attributes and types can be checked too)."""
         domain = node.domain or ""
-        version = self.opset_imports.get(domain)
-        if version is None and domain == "ai.onnx":
-            version = self.opset_imports.get("")
+        version = opset_of(self.opset_imports, domain)
         if version is None:
             raise UnknownOpError(f"node {_label(node)} uses domain '{domain or 'ai.onnx'}', which the "
                                  f"model does not import; add opset_import('{domain}', <version>)")
@@ -396,10 +399,10 @@ class Graph:
 
     def _checker_context(self):
         ctx = onnx.checker.C.CheckerContext()
-        ctx.ir_version = int(self.model_fields.get("ir_version") or 8)
+        ctx.ir_version = int(self.model_fields.get("ir_version") or IR_VERSION)
         imports = dict(self.opset_imports)
-        if "ai.onnx" in imports and "" not in imports:
-            imports[""] = imports["ai.onnx"]
+        if opset_of(imports, ONNX_DOMAIN) is not None:  # "ai.onnx" is an alias of ""
+            imports[ONNX_DOMAIN] = opset_of(imports, ONNX_DOMAIN)
         ctx.opset_imports = imports
         return ctx
 
@@ -503,7 +506,7 @@ _CONSTANT_DTYPES = {"value_float": np.float32, "value_floats": np.float32,
 def constant_value(node):
     """The tensor a Constant node holds (a TensorProto or numpy array), or None for other nodes
     and for sparse or string constants."""
-    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
+    if node.op_type != "Constant" or domain_of(node.domain) != ONNX_DOMAIN or len(node.attribute) != 1:
         return None
     attr = node.attribute[0]
     if attr.name == "value":

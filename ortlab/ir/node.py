@@ -9,6 +9,8 @@ import weakref
 import onnx
 from onnx import helper
 
+from ortlab.ir.onnx_defs import node_op_name
+
 
 class Node:
     """A node: index (identity), name (may be empty), op type, domain, attributes, inputs, outputs."""
@@ -39,9 +41,6 @@ class Node:
         proto = self.attribute_protos.get(name)
         value = default if proto is None else helper.get_attribute_value(proto)
         return value.decode() if isinstance(value, bytes) else value
-
-    def set_attribute(self, name, value):
-        self.attribute_protos[name] = helper.make_attribute(name, value)
 
     @property
     def input_names(self):
@@ -96,7 +95,6 @@ class Node:
         return proto
 
     def __repr__(self):
-        op = f"{self.domain}:{self.op_type}" if self.domain else self.op_type
         name = repr(self.name) if self.name else "(no name)"
-        return (f"Node({self.index}, {name}, {op}, inputs={self.input_names}, "
+        return (f"Node({self.index}, {name}, {node_op_name(self)}, inputs={self.input_names}, "
                 f"outputs={self.output_names})")

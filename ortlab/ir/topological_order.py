@@ -6,22 +6,18 @@ onnxruntime/core/graph/graph.cc. ORT picks one with SessionOptions.execution_ord
 """
 import heapq
 
-from ortlab.errors import OrtlabError
+from ortlab.ir.errors import GraphCycleError, GraphError
 
 ORDERS = ("default", "priority")
 HIGH_PRIORITY_OPS = ("Shape", "Size")  # computed first: they unblock shape arithmetic early
 
 
-class GraphCycleError(OrtlabError):
-    """The graph has a cycle, so it has no topological order."""
-
-
 def reverse_dfs_order(graph, training_build=True):
     """ORT's DEFAULT order: a reverse DFS from the leaf nodes, emitting each node on leave.
 
-    Leaves (nodes whose outputs no node consumes) start the walk in index order;
-    a node's producers are pushed in ascending index order, so the producer with
-    the highest index is explored first. Training builds of ORT (ENABLE_TRAINING,
+    Leaves (nodes whose outputs no node consumes) go on the stack in index order, so
+    the walk starts from the last leaf; a node's producers are pushed in ascending
+    index order, so the producer with the highest index is explored first. Training builds of ORT (ENABLE_TRAINING,
     like the onnxruntime-training wheel the lab uses) then move every Shape/Size
     node to right after the producer of its input, so that the input's memory can
     be released as early as possible.
@@ -66,10 +62,11 @@ def _shape_size_after_parents(order):
 
 
 def _priority_key(node):
-    """Smaller first: Shape/Size, then lower Node priority, then forward before backward, then index."""
+    """Smaller first: Shape/Size, then forward before backward, then index. ORT compares
+    Node::Priority() second (its memory optimizer raises it for recomputed nodes); ortlab
+    nodes have no priority, i.e. all the default, so that comparison never decides."""
     backward = node.attribute("__backwardpass", 0) % 2 == 1
-    return (node.op_type not in HIGH_PRIORITY_OPS, getattr(node, "priority", 0), backward,
-            node.index)
+    return node.op_type not in HIGH_PRIORITY_OPS, backward, node.index
 
 
 def priority_based_order(graph):
@@ -95,7 +92,7 @@ def priority_based_order(graph):
 def topological_order(graph, kind="default"):
     """Nodes in ORT's `kind` order: 'default' (reverse DFS) or 'priority' (priority-based Kahn)."""
     if kind not in ORDERS:
-        raise OrtlabError(f"unknown order {kind!r}; use one of {', '.join(ORDERS)} "
+        raise GraphError(f"unknown order {kind!r}; use one of {', '.join(ORDERS)} "
                           "(ORT's ExecutionOrder.DEFAULT and PRIORITY_BASED)")
     return reverse_dfs_order(graph) if kind == "default" else priority_based_order(graph)
 

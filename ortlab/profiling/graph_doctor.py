@@ -16,27 +16,48 @@ Each check is one registered function that looks at one graph and returns findin
 - standalone_softmax: a Softmax after an Add (BiasSoftmax candidate).
 The seed says where to look: LayerNorm and GELU in *_optimized_pre_grad_*, the rest in
 *_execution_model_*; `diagnose_dumps` follows it.
+
+A check is a function check(graph, uses) -> [Finding]: `graph` is the onnx.GraphProto, `uses.before(node)`
+and `uses.after(node)` are the nodes producing its inputs and reading its outputs (from ortlab.ir.Graph,
+`uses.graph`). `@register_check` files it in CHECKS (a Registry keyed by the function's name):
+
+    @register_check
+    def standalone_sqrt(graph, uses):
+        return [Finding("standalone_sqrt", n.name, n.op_type, "a Sqrt") for n in graph.node if n.op_type == "Sqrt"]
 """
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
 import onnx
 
-from ortlab.errors import OrtlabError
+from ortlab.errors import OrtlabError, as_names
+from ortlab.ir import Graph, load_model
+from ortlab.registry import Registry
 from ortlab.viz import Table
 
-CHECKS = {}
 DUMP_FOR_CHECK = {"unfused_layer_norm": "optimized_pre_grad", "unfused_gelu": "optimized_pre_grad"}
 
 
 class DoctorError(OrtlabError):
-    """The doctor was given something that is not an ONNX model."""
+    """The doctor was given something that is not an ONNX model, or a check that is not registered."""
+
+
+def _unknown_check(checks, name, where=""):
+    close = checks.close_matches(name)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    return (f"no check {[name]}{hint}; the checks are {', '.join(checks)}; "
+            "add one with @profiling.register_check")
+
+
+CHECKS = Registry("doctor check", duplicates="replace", op_keys=False, error=DoctorError, miss=_unknown_check)
 
 
 def register_check(fn):
-    """Add a check (graph -> list of Finding) under its function name."""
-    CHECKS[fn.__name__] = fn
-    return fn
+    """Add a check, fn(graph, uses) -> list of Finding, under its function name; returns fn.
+    A check of the same name is replaced (a re-run notebook cell)."""
+    if not callable(fn):
+        raise DoctorError(f"register_check decorates a function check(graph, uses), not {type(fn).__name__}")
+    return CHECKS.register(fn.__name__, fn)
 
 
 @dataclass(frozen=True)
@@ -47,23 +68,31 @@ class Finding:
     message: str
 
 
-class _Uses:
-    """Producer and consumers of every value of a graph."""
+class Uses:
+    """Producers and consumers of a model's nodes, read from its ortlab.ir.Graph.
 
-    def __init__(self, graph):
-        self.producer, self.consumers = {}, defaultdict(list)
-        for node in graph.node:
-            for name in node.output:
-                self.producer[name] = node
-            for name in node.input:
-                if name:
-                    self.consumers[name].append(node)
+    Checks see the model's onnx NodeProtos; `before(node)` and `after(node)` answer with
+    NodeProtos too (node k of the Graph is graph.node[k]). `uses.graph` is the Graph itself.
+    """
+
+    def __init__(self, model):
+        self.graph = Graph.from_model(model)
+        self.protos = list(model.graph.node)
+        self._index = {id(proto): k for k, proto in enumerate(self.protos)}
+
+    def _node(self, proto):
+        if id(proto) not in self._index:
+            raise DoctorError("uses.before(node) and uses.after(node) take a node of the graph the check "
+                              f"was given (one of graph.node), not {type(proto).__name__} {proto!r:.60}")
+        return self.graph.node(self._index[id(proto)])
 
     def before(self, node):
-        return [self.producer[i] for i in node.input if i in self.producer]
+        """The nodes producing `node`'s inputs, one per input edge (Node::InputNodes)."""
+        return [self.protos[p.index] for p in self._node(node).input_nodes()]
 
     def after(self, node):
-        return [c for o in node.output for c in self.consumers.get(o, [])]
+        """The nodes reading `node`'s outputs, one per edge (Node::OutputNodes)."""
+        return [self.protos[c.index] for c in self._node(node).output_nodes()]
 
 
 def _finding(check, node, message):
@@ -213,7 +242,7 @@ def _model(model):
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, str) or hasattr(model, "__fspath__"):
-        return onnx.load(str(model))
+        return load_model(model)
     raise DoctorError(f"diagnose takes an onnx.ModelProto or a path, not {type(model).__name__}")
 
 
@@ -223,30 +252,37 @@ def cast_targets(model):
     found = defaultdict(int)
     for node in _model(model).graph.node:
         if node.op_type == "Cast":
-            found[_type_name(next(a.i for a in node.attribute if a.name == "to"))] += 1
+            found[_type_name(_cast_to(node))] += 1
     return dict(sorted(found.items()))
+
+
+def _run(checks, model, label, uses=None):
+    """Diagnosis of `checks` ([(name, check)]) on one loaded model."""
+    uses = uses or Uses(model)
+    return Diagnosis([f for _, check in checks for f in check(model.graph, uses)],
+                     {name: label for name, _ in checks})
 
 
 def diagnose(model, checks=None, label="graph"):
     """Run `checks` (names, default all) on one model."""
-    unknown = set(checks or ()) - set(CHECKS)
-    if unknown:
-        raise DoctorError(f"no check {sorted(unknown)}; the checks are {', '.join(CHECKS)}")
-    graph = _model(model).graph
-    uses = _Uses(graph)
-    names = list(checks or CHECKS)
-    return Diagnosis([f for name in names for f in CHECKS[name](graph, uses)], {n: label for n in names})
+    names = as_names(checks, "checks", DoctorError) if checks else list(CHECKS)
+    return _run([(name, CHECKS.lookup(name)) for name in names], _model(model), label)
 
 
 def diagnose_dumps(graphs):
-    """Seed 004's checklist on ORTModule's dumps ({kind: model}, e.g. OrtModuleRun.graphs())."""
+    """Seed 004's checklist on ORTModule's dumps ({kind: model}, e.g. OrtModuleRun.graphs()),
+    each check on the dump where seed 004 looks (DUMP_FOR_CHECK, else the execution graph)."""
     missing = {"optimized_pre_grad", "execution_model"} - set(graphs)
     if missing:
         raise DoctorError(f"the dumps lack {sorted(missing)}; train with save_onnx=True")
+    models, uses = {}, {}
     findings, checked = [], {}
-    for name in CHECKS:
+    for name, check in CHECKS.items():
         kind = DUMP_FOR_CHECK.get(name, "execution_model")
-        part = diagnose(graphs[kind], [name], kind)
+        if kind not in models:
+            models[kind] = _model(graphs[kind])
+            uses[kind] = Uses(models[kind])
+        part = _run([(name, check)], models[kind], kind, uses[kind])
         findings += part.findings
         checked.update(part.checked)
     return Diagnosis(findings, checked)

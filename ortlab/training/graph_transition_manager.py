@@ -14,9 +14,10 @@ from pathlib import Path
 
 import onnx
 import torch
-from onnx import helper, numpy_helper
 
 from ortlab.errors import OrtlabError
+from ortlab.ir import Graph
+from ortlab.ir.node_arg import type_of_tensor
 from ortlab.models import plain_torch_export
 from ortlab.training.io import flatten_outputs, leaf_paths, TensorStub
 
@@ -151,34 +152,23 @@ def _source_line(record):
     return linecache.getline(record.filename, record.lineno).strip() or "source not available"
 
 
-def _rename(model, mapping):
-    for node in model.graph.node:
-        node.input[:] = [mapping.get(n, n) for n in node.input]
-    for t in model.graph.initializer:
-        t.name = mapping.get(t.name, t.name)
-
-
 def post_export_process(model, module):
     """A copy of `model` whose parameter and buffer initializers are graph inputs (named as in
     module.named_parameters(), without the wrapper's prefix). Returns (model, params, buffers)."""
-    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = Graph.from_model(model)
     params = {PREFIX + n for n, _ in module.named_parameters()}
     buffers = {PREFIX + n for n, _ in module.named_buffers()}
-    keep, moved, param_names, buffer_names = [], [], [], []
-    for t in model.graph.initializer:
-        if t.name in params or t.name in buffers:
-            moved.append(t)
-            (param_names if t.name in params else buffer_names).append(t.name[len(PREFIX):])
-        else:
-            keep.append(t)
-    _rename(model, {t.name: t.name[len(PREFIX):] for t in moved})
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(keep)
-    for t in moved:
-        array = numpy_helper.to_array(t)
-        model.graph.input.append(helper.make_tensor_value_info(
-            t.name, t.data_type, list(array.shape)))
-    return model, param_names, buffer_names
+    param_names, buffer_names = [], []
+    for name, tensor in list(graph.initializers.items()):
+        if name not in params and name not in buffers:
+            continue
+        short = name[len(PREFIX):]
+        (param_names if name in params else buffer_names).append(short)
+        graph.remove_initializer(name)
+        graph.replace_all_uses(name, short)
+        graph.get_or_create_node_arg(short, type_of_tensor(tensor))
+        graph.inputs.append(short)
+    return graph.to_model(), param_names, buffer_names
 
 
 class GraphTransitionManager:

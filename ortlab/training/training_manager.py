@@ -18,6 +18,7 @@ import torch
 from onnx import TensorProto, helper
 
 from ortlab.errors import OrtlabError
+from ortlab.ir import Graph
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
 GRAD_OUTPUT = "{}_grad_output"
@@ -79,9 +80,25 @@ def build_training_graph(model, output_names, x_names, builder="ort"):
     return build(with_loss, x_names, LOSS), differentiable
 
 
-def _used_initializers(model, nodes):
-    names = {n for node in nodes for n in node.input}
-    return [t for t in model.graph.initializer if t.name in names]
+def _used_initializers(graph, nodes):
+    """The initializers (TensorProtos) that `nodes` (Nodes of the ortlab.ir `graph`) read."""
+    indices = {n.index for n in nodes}
+    return [t for name, t in graph.initializers.items() if _read_by(graph, name, indices)]
+
+
+def _read_by(graph, name, indices):
+    """True when a node whose index is in `indices` reads the value `name`."""
+    return any(c.index in indices for c in graph.consumers(name))
+
+
+def _forward_and_backward(graph, forward_graph):
+    """Nodes of the training `graph` that compute a value of `forward_graph` (their first
+    output has a producer there), and the others."""
+    fwd, bwd = [], []
+    for node in graph.nodes():
+        first = next((o.name for o in node.outputs if o.exists()), None)
+        (fwd if first is not None and forward_graph.producer(first) else bwd).append(node)
+    return fwd, bwd
 
 
 @dataclass
@@ -103,26 +120,25 @@ def split_training_graph(training, forward_model, outputs, differentiable, x_nam
     of the backward. Values crossing from forward nodes to backward nodes are stashed: the
     forward model outputs them after the module's own outputs.
     """
-    forward_values = {o for n in forward_model.graph.node for o in n.output if o}
-    fwd = [n for n in training.graph.node if next((o for o in n.output if o), None) in forward_values]
-    bwd = [n for n in training.graph.node if next((o for o in n.output if o), None) not in forward_values]
-    graph_inputs = [i.name for i in training.graph.input]
+    graph = Graph.from_model(training)
+    fwd, bwd = _forward_and_backward(graph, Graph.from_model(forward_model))
     grad_inputs = [GRAD_OUTPUT.format(o) for o in differentiable]
-    read_by_bwd = {i for n in bwd for i in n.input if i}
-    stashed = [o for n in fwd for o in n.output if o in read_by_bwd]
-    backward_inputs = [i for i in graph_inputs if i in read_by_bwd and i not in grad_inputs]
+    in_bwd = {n.index for n in bwd}
+    stashed = [o.name for n in fwd for o in n.outputs if o.exists() and _read_by(graph, o.name, in_bwd)]
+    backward_inputs = [i for i in graph.inputs if _read_by(graph, i, in_bwd) and i not in grad_inputs]
     gradients = {x: f"{x}_grad" for x in x_names}
-    missing = [g for g in gradients.values() if g not in {o for n in bwd for o in n.output}]
+    missing = [g for g in gradients.values() if graph.producer(g) not in bwd]
     if missing:
         raise TrainingGraphError(f"the gradient graph computes no {missing}; is every x connected?")
     inputs_by_name = {i.name: i for i in training.graph.input}
     forward = helper.make_graph(
-        fwd, "forward", [inputs_by_name[i] for i in graph_inputs if i not in grad_inputs],
+        [training.graph.node[n.index] for n in fwd], "forward",
+        [inputs_by_name[i] for i in graph.inputs if i not in grad_inputs],
         [onnx.ValueInfoProto(name=o) for o in outputs + [s for s in stashed if s not in outputs]],
-        _used_initializers(training, fwd))
+        _used_initializers(graph, fwd))
     backward = helper.make_graph(
-        bwd, "backward", [], [onnx.ValueInfoProto(name=g) for g in gradients.values()],
-        _used_initializers(training, bwd))
+        [training.graph.node[n.index] for n in bwd], "backward", [],
+        [onnx.ValueInfoProto(name=g) for g in gradients.values()], _used_initializers(graph, bwd))
     make = lambda g: helper.make_model(g, opset_imports=training.opset_import, ir_version=training.ir_version)
     return SplitModels(make(forward), make(backward), stashed, backward_inputs, grad_inputs, gradients)
 
