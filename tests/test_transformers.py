@@ -232,6 +232,82 @@ def test_history_records_what_each_step_removed_added_and_fused():
     assert "LayerNormFusion" in repr(manager.history_table())
 
 
+def test_fire_counts_name_each_rule_and_count_each_rewrite():
+    from ortlab.transformers import GraphTransformerManager
+    manager = GraphTransformerManager.from_registry(2, providers=CPU)
+    manager.optimize(ex.elimination("identity"))
+    assert manager.fire_counts() == {"EliminateIdentity": 1}  # the rule, not Level1_RuleBasedTransformer
+    manager.optimize(ex.constants_and_duplicates())
+    assert manager.fire_counts() == {"CommonSubexpressionElimination": 1, "ConstantFolding": 1}
+
+
+def test_constant_sharing_makes_equal_scalars_one_initializer():
+    from onnx import helper, numpy_helper
+
+    from ortlab.ir.onnx_defs import make_model
+    from ortlab.transformers import GraphTransformerManager
+    inits = [numpy_helper.from_array(np.array(2.0, np.float32), n) for n in ("c1", "c2")]
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "c1"], ["a"]), helper.make_node("Mul", ["a", "c2"], ["y"])],
+                              "shared", [helper.make_tensor_value_info("x", 1, [2])],
+                              [helper.make_tensor_value_info("y", 1, None)], inits)
+    model = make_model(graph, domains=())
+    manager = GraphTransformerManager.from_registry(1, names=["ConstantSharing"], providers=CPU)
+    out = manager.optimize(model)
+    assert [i.name for i in out.graph.initializer] == ["c1"]
+    assert [list(n.input) for n in out.graph.node] == [["x", "c1"], ["a", "c1"]]
+    assert manager.fire_counts() == {"ConstantSharing": 1}
+    assert_same_outputs(model, out, {"x": np.array([1.0, -3.0], np.float32)})
+
+
+def test_a_pattern_fusion_needs_only_anchor_match_and_fused_op():
+    from ortlab.ir import Graph
+    from ortlab.transformers import GraphTransformerManager, Match, PatternFusion
+    from ortlab.transformers import graph_utils as gu
+    from ortlab.transformers.registry import TRANSFORMERS
+
+    class ReluReluFusion(PatternFusion):
+        """Relu(Relu(x)) -> Relu(x)."""
+        anchor, fused_op = "Relu", "Relu"
+
+        def match(self, graph, relu):
+            first = graph.producer(relu.input_names[0])
+            if not gu.is_op(first, "Relu") or gu.single_consumer(graph, first.output_names[0]) is not relu:
+                return "its input is not a Relu read only by it"
+            return Match([first, relu], first.input_names, relu.output_names)
+
+    model = ex.elimination("identity")  # Relu -> Identity -> Relu: a Relu pair once Identity is gone
+    with TRANSFORMERS.using("ReluReluFusion", (2, ReluReluFusion, None)):
+        manager = GraphTransformerManager.from_registry(2, providers=CPU)
+        out = manager.optimize(model)
+    assert "ReluReluFusion" not in TRANSFORMERS
+    assert ex.op_counts(out) == {"Relu": 1}
+    assert manager.fire_counts() == {"EliminateIdentity": 1, "ReluReluFusion": 1}
+    records = [r for r in manager.history if r.transformer == "ReluReluFusion"]
+    assert [r.modified for r in records] == [True, False]  # the second step finds nothing more
+    assert [why for _, why in records[-1].declined] == ["its input is not a Relu read only by it"]
+    assert_same_outputs(model, out, ex.feeds(model))
+    graph = Graph.from_model(model)
+    graph.resolve()
+    first, identity, last = graph.nodes()
+    fusion = ReluReluFusion()
+    assert fusion.why_not(graph, last) == "its input is not a Relu read only by it"
+    assert fusion.why_not(graph, identity) == "ReluReluFusion starts from Relu, not Identity"
+
+
+def test_layer_norm_match_is_data_or_a_reason():
+    from ortlab.ir import Graph
+    from ortlab.transformers import LayerNormFusion
+    graph = Graph.from_model(ex.layer_norm(axis=1))
+    graph.resolve()
+    fusion = LayerNormFusion()
+    assert fusion.match(graph, graph.nodes()[0]) == "it reduces over axes [1], not the last axis alone"
+    graph = Graph.from_model(ex.layer_norm())
+    graph.resolve()
+    found = fusion.match(graph, graph.nodes()[0])
+    assert (found.x, found.scale, found.bias, found.output) == ("x", "w", "b", "y") and len(found.nodes) == 9
+    assert fusion.why_not(graph, graph.nodes()[0]) is None
+
+
 def test_level_1_does_no_fusion_into_contrib_ops():
     counts = ex.op_counts(optimize(ex.gelu(bias="1d"), level=1))
     assert not any(k.startswith("com.microsoft") for k in counts) and counts["Erf"] == 1

@@ -7,6 +7,7 @@ says which case went wrong and how.
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
+from ortlab.ir.onnx_defs import make_model
 from ortlab.labs.checks import CheckFailed, check
 from ortlab.transformers import GeluFusion, GraphTransformer, GraphTransformerManager, RewriteRule
 from ortlab.transformers import RuleBasedGraphTransformer, registry
@@ -41,9 +42,10 @@ def _run(transformers, model, what):
 
 
 def _registered(cls, table):
-    if not any(entry[1] is cls for entry in table):
-        raise CheckFailed(f"{cls.__name__} is not registered; decorate the class with "
-                          f"@{'register_transformer(level=2)' if table is registry.TRANSFORMERS else 'register_rule(level=1)'}")
+    entry = table.get(cls.__name__)
+    if entry is None or entry[1] is not cls:
+        decorator = "register_transformer(level=2)" if table is registry.TRANSFORMERS else "register_rule(level=1)"
+        raise CheckFailed(f"{cls.__name__} is not registered; decorate the class with @{decorator}")
 
 
 def bias_gelu_cases():
@@ -91,9 +93,7 @@ def _noop_model(op, constant, x_shape=(2, 3), constant_first=False, x_is_output_
                  helper.make_node("Relu", ["m"], ["y"])]
     graph = helper.make_graph(nodes, "noop", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [c])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return make_model(graph, domains=())
 
 
 def noop_cases():

@@ -2,12 +2,14 @@
 
     optimize(model, level=2, names=None) -> onnx.ModelProto
     GraphTransformer, RewriteRule, RuleBasedGraphTransformer, GraphTransformerManager
+    PatternFusion, Match: a fusion stated as anchor, match and rewrite (the walk is the base's)
     register_transformer(level), register_rule(level): add one by decorating a class
     pre_training_transformers(weights): the subset of ORT's GeneratePreTrainingTransformers
 """
 from ortlab.transformers import graph_utils
 from ortlab.transformers.graph_transformer import (GraphTransformer, RewriteRule, RuleBasedGraphTransformer,
                                                    RuleEffect, TransformerError)
+from ortlab.transformers.pattern import Match, PatternFusion
 from ortlab.transformers.registry import LEVELS, known_names, register_rule, register_transformer, unregister
 
 # importing the modules registers their transformers, in ORT's order within each level
@@ -29,8 +31,8 @@ from ortlab.transformers.pre_training import (optimize_for_training, ort_pre_tra
 __all__ = ["BiasDropoutFusion", "BiasGeluFusion", "BiasSoftmaxFusion", "CastElimination",
            "CommonSubexpressionElimination", "ConstantFolding", "ConstantSharing", "EliminateDropout", "EliminateIdentity",
            "GeluFusion", "GemmActivationFusion", "GraphTransformer", "GraphTransformerManager", "LEVELS",
-           "LayerNormFusion", "MatMulAddFusion", "MatMulScaleFusion", "MatmulTransposeFusion",
-           "NoopReshapeElimination", "RewriteRule", "RuleBasedGraphTransformer", "RuleEffect",
+           "LayerNormFusion", "Match", "MatMulAddFusion", "MatMulScaleFusion", "MatmulTransposeFusion",
+           "NoopReshapeElimination", "PatternFusion", "RewriteRule", "RuleBasedGraphTransformer", "RuleEffect",
            "TransformerError", "TransformerRecord", "graph_utils", "known_names", "optimize",
            "optimize_for_training", "ort_pre_training_table", "pre_training_transformers",
            "register_rule", "register_transformer", "unregister"]

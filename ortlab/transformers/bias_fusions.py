@@ -5,9 +5,10 @@ ORT registers both for the CUDA and ROCm EPs only: its CPU EP has no BiasSoftmax
 BiasDropout kernel, so ortlab runs them only when asked by name or when a GPU EP is
 in the providers, and checks their output with the reference kernels of contrib_ops.py.
 """
+from ortlab.ir.onnx_defs import MS_DOMAIN, opset_of
 from ortlab.transformers import graph_utils as gu
-from ortlab.transformers.gelu_fusion import _data_and_bias
-from ortlab.transformers.graph_transformer import GraphTransformer
+from ortlab.transformers.gelu_fusion import _bias_add, _data_and_bias
+from ortlab.transformers.pattern import Match, PatternFusion
 from ortlab.transformers.registry import register_transformer
 
 GPU_EPS = ("CUDAExecutionProvider", "ROCMExecutionProvider")
@@ -39,63 +40,45 @@ def broadcast_kind(data, bias):
 
 
 @register_transformer(level=2, compatible_eps=GPU_EPS)
-class BiasSoftmaxFusion(GraphTransformer):
+class BiasSoftmaxFusion(PatternFusion):
     """Softmax(Add(X, bias), axis=-1) -> BiasSoftmax(X, bias) with a repeatable broadcast of bias."""
 
-    def apply_impl(self, graph):
-        modified = False
-        for node in self.nodes(graph):
-            if gu.is_op(node, "Softmax"):
-                match = self.match(graph, node)
-                if match:
-                    add, x, bias, inner = match
-                    gu.fuse(self, graph, [add, node], "BiasSoftmax", [x, bias], node.output_names,
-                            domain=gu.MS, axis=-1, is_inner_broadcast=inner)
-                    modified = True
-        return modified
+    anchor, fused_op = "Softmax", ("BiasSoftmax", MS_DOMAIN)
 
     def match(self, graph, softmax):
-        add = graph.producer(softmax.input_names[0])
-        if not gu.is_op(add, "Add") or gu.single_consumer(graph, add.output_names[0]) is not softmax:
-            return self.decline(softmax, "its input is not an Add read only by this Softmax")
+        add = _bias_add(graph, softmax)
+        if add is None:
+            return "its input is not an Add read only by this Softmax"
         dims = gu.shape(graph, add.output_names[0])
-        axis = softmax.attribute("axis", -1 if graph.opset_imports.get("", 0) >= 13 else 1)
-        if dims is None or graph.opset_imports.get("", 0) < 13 or axis not in (-1, len(dims) - 1):
-            return self.decline(softmax, f"it is not a Softmax over the last axis (axis={axis}, opset 13+)")
+        opset = opset_of(graph.opset_imports) or 0
+        axis = softmax.attribute("axis", -1 if opset >= 13 else 1)
+        if dims is None or opset < 13 or axis not in (-1, len(dims) - 1):
+            return f"it is not a Softmax over the last axis (axis={axis}, opset 13+)"
         if not gu.is_float(graph, add.output_names[0]):
-            return self.decline(softmax, "its input is not a float tensor")
+            return "its input is not a float tensor"
         for x, bias in (add.input_names, add.input_names[::-1]):
             if gu.shape(graph, x) == dims:
                 kind = broadcast_kind(dims, gu.shape(graph, bias))
                 if kind is not None:
-                    return add, x, bias, kind
-        return self.decline(softmax, "the Add's inputs do not broadcast in a way BiasSoftmax repeats "
-                                     "(one block of outer or inner dims, never the last axis)")
+                    return Match([add, softmax], [x, bias], softmax.output_names,
+                                 {"axis": -1, "is_inner_broadcast": kind})
+        return ("the Add's inputs do not broadcast in a way BiasSoftmax repeats "
+                "(one block of outer or inner dims, never the last axis)")
 
 
 @register_transformer(level=2, compatible_eps=GPU_EPS)
-class BiasDropoutFusion(GraphTransformer):
+class BiasDropoutFusion(PatternFusion):
     """Dropout(Add(X, bias)) [+ residual] -> BiasDropout(X, bias, residual), bias 1-D of X's last dim."""
 
-    def apply_impl(self, graph):
-        modified = False
-        for node in self.nodes(graph):
-            if gu.is_op(node, "Dropout"):
-                match = self.match(graph, node)
-                if match:
-                    nodes, inputs, outputs = match
-                    gu.fuse(self, graph, nodes, "BiasDropout", inputs, outputs, domain=gu.MS,
-                            **({"seed": node.attribute("seed")} if node.attribute("seed") is not None else {}))
-                    modified = True
-        return modified
+    anchor, fused_op = "Dropout", ("BiasDropout", MS_DOMAIN)
 
     def match(self, graph, dropout):
-        add = graph.producer(dropout.input_names[0])
-        if not gu.is_op(add, "Add") or gu.single_consumer(graph, add.output_names[0]) is not dropout:
-            return self.decline(dropout, "its input is not an Add read only by this Dropout")
+        add = _bias_add(graph, dropout)
+        if add is None:
+            return "its input is not an Add read only by this Dropout"
         pair = _data_and_bias(graph, add)
         if pair is None:
-            return self.decline(dropout, "neither Add input is a 1-D bias of the other's last dimension")
+            return "neither Add input is a 1-D bias of the other's last dimension"
         x, bias = pair
         rest = (dropout.input_names + ["", ""])[1:3]
         out, mask = (dropout.output_names + [""])[:2]
@@ -104,4 +87,5 @@ class BiasDropoutFusion(GraphTransformer):
         other = gu.other_input(after, out) if gu.is_op(after, "Add") else None
         if other and gu.shape(graph, other) == gu.shape(graph, x) and gu.shape(graph, x) is not None:
             nodes, residual, out = nodes + [after], other, after.output_names[0]
-        return nodes, [x, bias, residual, *rest], [out, mask]
+        seed = dropout.attribute("seed")
+        return Match(nodes, [x, bias, residual, *rest], [out, mask], {} if seed is None else {"seed": seed})

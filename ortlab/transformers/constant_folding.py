@@ -13,6 +13,7 @@ import onnx
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
+from ortlab.ir.onnx_defs import ONNX_DOMAIN, domain_of
 from ortlab.transformers import graph_utils as gu
 from ortlab.transformers.graph_transformer import GraphTransformer, label
 from ortlab.transformers.registry import register_transformer
@@ -31,6 +32,7 @@ class ConstantFolding(GraphTransformer):
             if node.op_type == "Shape" and not graph.consumers(node.output_names[0]) \
                     and node.output_names[0] not in graph.outputs:
                 graph.remove_node(node)  # its readers were all folded
+                self.fired()
                 modified = True
                 continue
             values = self.fold(graph, node)
@@ -41,12 +43,13 @@ class ConstantFolding(GraphTransformer):
                 if name:
                     graph.add_initializer(name, value)
             self.fused.append((label(node), "initializer", [node.op_type]))
+            self.fired()
             modified = True
         return modified
 
     def fold(self, graph, node):
         """The node's output values, or None when it must not or cannot be folded."""
-        if (node.domain or "") not in ("", "ai.onnx") or node.op_type in NON_DETERMINISTIC:
+        if domain_of(node.domain) != ONNX_DOMAIN or node.op_type in NON_DETERMINISTIC:
             return None
         if any(o in graph.outputs for o in node.output_names):
             return None

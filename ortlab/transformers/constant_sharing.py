@@ -24,5 +24,6 @@ class ConstantSharing(GraphTransformer):
             if keep != name:
                 graph.replace_all_uses(name, keep)
                 graph.remove_initializer(name)
+                self.fired()
                 modified = True
         return modified

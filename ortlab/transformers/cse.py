@@ -6,6 +6,7 @@ and the equivalence classes of its inputs; a node whose key was seen before is
 removed and its consumers read the first node's outputs. Non-deterministic ops
 (Dropout, Random*) are never merged, and a node producing a graph output is kept.
 """
+from ortlab.ir.onnx_defs import MS_DOMAIN, ONNX_DOMAIN, domain_of
 from ortlab.transformers.constant_folding import NON_DETERMINISTIC
 from ortlab.transformers.graph_transformer import GraphTransformer, label
 from ortlab.transformers.registry import register_transformer
@@ -18,7 +19,7 @@ class CommonSubexpressionElimination(GraphTransformer):
     def apply_impl(self, graph):
         seen, modified = {}, False
         for node in self.nodes(graph):
-            if node.op_type in NON_DETERMINISTIC or node.domain not in ("", "ai.onnx", "com.microsoft"):
+            if node.op_type in NON_DETERMINISTIC or domain_of(node.domain) not in (ONNX_DOMAIN, MS_DOMAIN):
                 continue
             key = self.key(node)
             first = seen.get(key)
@@ -33,10 +34,11 @@ class CommonSubexpressionElimination(GraphTransformer):
                 if mine:
                     graph.replace_all_uses(mine, theirs)
             self.fused.append((label(first), "shared " + node.op_type, [node.op_type]))
+            self.fired()
             modified = True
         return modified
 
     @staticmethod
     def key(node):
         attributes = tuple(sorted((n, a.SerializeToString()) for n, a in node.attribute_protos.items()))
-        return (node.op_type, node.domain or "", tuple(node.input_names), attributes, len(node.outputs))
+        return (node.op_type, domain_of(node.domain), tuple(node.input_names), attributes, len(node.outputs))

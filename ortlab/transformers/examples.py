@@ -8,15 +8,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ortlab.ir.onnx_defs import make_model, op_name
+
 F = TensorProto.FLOAT
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17):
     graph = helper.make_graph(nodes, "example", inputs, outputs,
                               [numpy_helper.from_array(np.asarray(v), n) for n, v in inits])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
+    return make_model(graph, opset=opset, domains=())
 
 
 def _in(name, shape, elem=F):
@@ -193,6 +193,6 @@ def op_counts(model):
     """{op type (with 'domain:' for non-ONNX domains): count} of a model."""
     counts = {}
     for n in (model if isinstance(model, onnx.GraphProto) else model.graph).node:
-        key = f"{n.domain}:{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type
+        key = op_name(n.op_type, n.domain)
         counts[key] = counts.get(key, 0) + 1
     return counts

@@ -9,53 +9,45 @@ ortlab also matches Mul(x, 0.7071) for the Div, which ORT 1.19.2 does not.
 """
 import math
 
+from ortlab.ir.onnx_defs import MS_DOMAIN
 from ortlab.transformers import graph_utils as gu
-from ortlab.transformers.graph_transformer import GraphTransformer
+from ortlab.transformers.pattern import Match, PatternFusion
 from ortlab.transformers.registry import register_transformer
 
 
 @register_transformer(level=2)
-class GeluFusion(GraphTransformer):
+class GeluFusion(PatternFusion):
     """0.5 * x * (1 + erf(x / sqrt 2)) -> Gelu(x) (com.microsoft)."""
 
-    def apply_impl(self, graph):
-        modified = False
-        for node in self.nodes(graph):
-            if gu.is_op(node, "Erf"):
-                match = self.match(graph, node)
-                if match:
-                    nodes, x, out = match
-                    gu.fuse(self, graph, nodes, "Gelu", [x], [out], domain=gu.MS)
-                    modified = True
-        return modified
+    anchor, fused_op = "Erf", ("Gelu", MS_DOMAIN)
 
     def match(self, graph, erf):
         scale = graph.producer(erf.input_names[0])
         x = self._scaled_input(graph, scale)
         if x is None or gu.single_consumer(graph, scale.output_names[0]) is not erf:
-            return self.decline(erf, "its input is not x / sqrt(2) (or x * 0.7071) read only by this Erf")
+            return "its input is not x / sqrt(2) (or x * 0.7071) read only by this Erf"
         if not gu.is_float(graph, x):
-            return self.decline(erf, "x is not a float tensor")
+            return "x is not a float tensor"
         add = gu.single_consumer(graph, erf.output_names[0])
         one = gu.other_input(add, erf.output_names[0]) if gu.is_op(add, "Add") else None
         if one is None or not gu.is_scalar_close(graph, one, 1.0):
-            return self.decline(erf, "erf(...) is not only read by Add(., 1)")
+            return "erf(...) is not only read by Add(., 1)"
         mul = gu.single_consumer(graph, add.output_names[0])
         other = gu.other_input(mul, add.output_names[0]) if gu.is_op(mul, "Mul") else None
         if other is None:
-            return self.decline(erf, "1 + erf(...) is not only read by a Mul")
+            return "1 + erf(...) is not only read by a Mul"
         if other == x:  # (x * (1 + erf)) * 0.5
             half = gu.single_consumer(graph, mul.output_names[0])
             c = gu.other_input(half, mul.output_names[0]) if gu.is_op(half, "Mul") else None
             if c is None or not gu.is_scalar_close(graph, c, 0.5):
-                return self.decline(erf, "x * (1 + erf(...)) is not only read by Mul(., 0.5)")
-            return [scale, erf, add, mul, half], x, half.output_names[0]
+                return "x * (1 + erf(...)) is not only read by Mul(., 0.5)"
+            return Match([scale, erf, add, mul, half], [x], [half.output_names[0]])
         half = graph.producer(other)  # (0.5 * x) * (1 + erf)
         if (gu.is_op(half, "Mul") and gu.other_input(half, x) is not None
                 and gu.is_scalar_close(graph, gu.other_input(half, x), 0.5)
                 and gu.single_consumer(graph, other) is mul):
-            return [scale, erf, add, half, mul], x, mul.output_names[0]
-        return self.decline(erf, "the 0.5 * x factor is missing or shared")
+            return Match([scale, erf, add, half, mul], [x], [mul.output_names[0]])
+        return "the 0.5 * x factor is missing or shared"
 
     @staticmethod
     def _scaled_input(graph, node):
@@ -70,25 +62,27 @@ class GeluFusion(GraphTransformer):
 
 
 @register_transformer(level=2)
-class BiasGeluFusion(GraphTransformer):
+class BiasGeluFusion(PatternFusion):
     """Gelu(Add(X, bias)) -> BiasGelu(X, bias), bias 1-D of X's last dimension."""
 
-    def apply_impl(self, graph):
-        modified = False
-        for node in self.nodes(graph):
-            if not gu.is_op(node, "Gelu", gu.MS):
-                continue
-            add = graph.producer(node.input_names[0])
-            if not gu.is_op(add, "Add") or gu.single_consumer(graph, add.output_names[0]) is not node:
-                self.decline(node, "its input is not an Add read only by this Gelu")
-                continue
-            pair = _data_and_bias(graph, add)
-            if pair is None:
-                self.decline(node, "neither Add input is a 1-D bias of the other's last dimension")
-                continue
-            gu.fuse(self, graph, [add, node], "BiasGelu", list(pair), node.output_names, domain=gu.MS)
-            modified = True
-        return modified
+    anchor, fused_op = ("Gelu", MS_DOMAIN), ("BiasGelu", MS_DOMAIN)
+
+    def match(self, graph, gelu):
+        add = _bias_add(graph, gelu)
+        if add is None:
+            return "its input is not an Add read only by this Gelu"
+        pair = _data_and_bias(graph, add)
+        if pair is None:
+            return "neither Add input is a 1-D bias of the other's last dimension"
+        return Match([add, gelu], list(pair), gelu.output_names)
+
+
+def _bias_add(graph, node):
+    """The Add producing node's first input when node is its only reader, else None."""
+    add = graph.producer(node.input_names[0])
+    if not gu.is_op(add, "Add") or gu.single_consumer(graph, add.output_names[0]) is not node:
+        return None
+    return add
 
 
 def _data_and_bias(graph, add):

@@ -9,7 +9,9 @@ rule_based_graph_transformer.h (with their .cc files in onnxruntime/core/optimiz
   the rules that target its op type, then to the rules that target every op.
 
 Every check that declines says why (`self.decline(node, reason)`), so a learner can ask a
-transformer why it left a node alone.
+transformer why it left a node alone, and every rewrite counts as one fire (`self.fired()`),
+per rule inside a rule-based transformer. A fusion stated as a pattern (anchor, match,
+rewrite) is a PatternFusion (pattern.py), which owns the walk.
 """
 import enum
 
@@ -34,15 +36,24 @@ def label(node):
 
 
 class _Explained:
-    """Bookkeeping shared by transformers and rules: why nodes were declined, what was fused."""
+    """Bookkeeping shared by transformers and rules: why nodes were declined, what was fused,
+    how many times it fired (in the last apply)."""
 
     def decline(self, node, reason):
         """Record why this node was left alone; returns False so a check can `return self.decline(...)`."""
         self.declined.append((label(node), reason))
         return False
 
+    def fired(self, times=1):
+        """Count a rewrite this transformer or rule made."""
+        self.fires += times
+
+    def fire_counts(self):
+        """{name: fires} for the last apply ({} when it did not fire)."""
+        return {self.name: self.fires} if self.fires else {}
+
     def reset_log(self):
-        self.declined, self.fused = [], []
+        self.declined, self.fused, self.fires = [], [], 0
 
     @property
     def name(self):
@@ -69,7 +80,7 @@ class GraphTransformer(_Explained):
 
     def nodes(self, graph):
         """The live nodes in topological order, remembering the current one for error messages.
-        Nodes a previous iteration removed are skipped."""
+        Nodes a previous iteration removed are skipped. (A walk over the graph, not Graph.nodes().)"""
         for node in graph.topological_order():
             if graph._nodes[node.index] is node:
                 self.current = node
@@ -154,12 +165,18 @@ class RuleBasedGraphTransformer(GraphTransformer):
         for node in self.nodes(graph):
             for rule in self.rules_for(node.op_type):
                 effect = self._apply_rule(rule, graph, node)
-                modified |= effect is not RuleEffect.NONE
+                if effect is not RuleEffect.NONE:
+                    rule.fired()
+                    modified = True
                 if effect is RuleEffect.REMOVED_CURRENT_NODE:
                     break
         self.declined = [d for r in self.rules for d in r.declined]
         self.fused = [f for r in self.rules for f in r.fused]
         return modified
+
+    def fire_counts(self):
+        """{rule name: fires} for the last apply: each rule counted under its own name."""
+        return {name: n for rule in self.rules for name, n in rule.fire_counts().items()}
 
     def _apply_rule(self, rule, graph, node):
         try:

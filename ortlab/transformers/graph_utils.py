@@ -7,17 +7,16 @@ CanRemoveNode, RemoveNode, FinalizeNodeFusion) and optimizer_utils.h
 import numpy as np
 from onnx import TensorProto
 
+from ortlab.ir.onnx_defs import MS_DOMAIN, domain_of
 from ortlab.transformers.graph_transformer import label
 
-MS = "com.microsoft"
+MS = MS_DOMAIN
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
 
 
 def is_op(node, op_type, domain=""):
     """True when the node is `op_type` of `domain` ('' and 'ai.onnx' are the same domain)."""
-    if node is None or node.op_type != op_type:
-        return False
-    return (node.domain or "") in ((domain,) if domain not in ("", "ai.onnx") else ("", "ai.onnx"))
+    return node is not None and node.op_type == op_type and domain_of(node.domain) == domain_of(domain)
 
 
 def constant(graph, name, excluded=()):

@@ -18,10 +18,13 @@ kOnnxDomain, since version 1; CPU kernel registered for versions 1 to 16). Impor
 module registers that schema with onnx.defs too (`register_ort_layer_norm_schema`), so that
 ortlab's Graph.resolve accepts the fused node at those opsets as ORT's Graph::Resolve does.
 """
+from typing import NamedTuple
+
 from onnx import TensorProto, defs, helper
 
+from ortlab.ir.onnx_defs import opset_of
 from ortlab.transformers import graph_utils as gu
-from ortlab.transformers.graph_transformer import GraphTransformer
+from ortlab.transformers.pattern import PatternFusion
 from ortlab.transformers.registry import register_transformer
 
 
@@ -70,82 +73,86 @@ def _type_saved_statistics(graph, x, stats):
         graph.node_arg(name).type_proto = helper.make_tensor_type_proto(TensorProto.FLOAT, dims[:-1] + [1])
 
 
+class LayerNormMatch(NamedTuple):
+    """What LayerNormFusion found: the nodes it replaces and LayerNormalization's inputs, epsilon, output."""
+    nodes: list
+    x: str
+    scale: str
+    bias: str
+    epsilon: float
+    output: str
+
+
 @register_transformer(level=2)
-class LayerNormFusion(GraphTransformer):
+class LayerNormFusion(PatternFusion):
     """(X - mean) / sqrt(var + eps) * scale + bias -> LayerNormalization(X, scale, bias, epsilon=eps).
 
     At every opset, as ORT does: below opset 17 the node is ORT's own registration of
     LayerNormalization in the ONNX domain (see the module's docstring).
     """
 
-    def apply_impl(self, graph):
-        modified = False
-        for node in self.nodes(graph):
-            if gu.is_op(node, "ReduceMean"):
-                match = self.match(graph, node)
-                if match:
-                    nodes, x, scale, bias, eps, out = match
-                    # ORT's training build adds the two outputs LayerNormalizationGrad reads
-                    stats = [gu.unique_value_name(graph, n) for n in ("saved_mean", "saved_inv_std_var")]
-                    gu.fuse(self, graph, nodes, "LayerNormalization", [x, scale, bias], [out, *stats],
-                            axis=-1, epsilon=eps, stash_type=1)
-                    if graph.opset_imports.get("", graph.opset_imports.get("ai.onnx", 17)) < 17:
-                        _type_saved_statistics(graph, x, stats)
-                    modified = True
-        return modified
+    anchor = "ReduceMean"
 
-    def _last_axis_only(self, graph, node, x):
-        dims = gu.shape(graph, x)
-        axes = gu.reduce_axes(graph, node)
-        if dims is None or axes is None or node.attribute("keepdims", 1) != 1:
-            return self.decline(node, "its axes or input rank are unknown, or keepdims is 0")
-        if gu.normalized_axes(axes, len(dims)) != [len(dims) - 1]:
-            return self.decline(node, f"it reduces over axes {axes}, not the last axis alone")
-        return True
+    def rewrite(self, graph, m):
+        # ORT's training build adds the two outputs LayerNormalizationGrad reads
+        stats = [gu.unique_value_name(graph, n) for n in ("saved_mean", "saved_inv_std_var")]
+        gu.fuse(self, graph, m.nodes, "LayerNormalization", [m.x, m.scale, m.bias], [m.output, *stats],
+                axis=-1, epsilon=m.epsilon, stash_type=1)
+        if (opset_of(graph.opset_imports) or 17) < 17:
+            _type_saved_statistics(graph, m.x, stats)
 
     def match(self, graph, rm1):
-        """The pattern's nodes and (X, scale, bias, epsilon, output), or None (reason recorded)."""
+        """A LayerNormMatch, the reason it declines (str), or None when X is not a float tensor."""
         x, mean = rm1.input_names[0], rm1.output_names[0]
-        if not gu.is_float(graph, x) or not self._last_axis_only(graph, rm1, x):
+        if not gu.is_float(graph, x):
             return None
+        reason = _last_axis_reason(graph, rm1, x)
+        if reason:
+            return reason
         subs = graph.consumers(mean)
         if not subs or gu.uses(graph, mean) != len(subs) or len(subs) > 2 or not all(
                 gu.is_op(s, "Sub") and s.input_names == [x, mean] for s in subs):
-            return self.decline(rm1, "its mean is not read only by Sub(X, mean) nodes")
+            return "its mean is not read only by Sub(X, mean) nodes"
         readers = [c for s in subs for c in graph.consumers(s.output_names[0])]
         if sum(gu.uses(graph, s.output_names[0]) for s in subs) != 2 or len(readers) != 2:
-            return self.decline(rm1, "X - mean has consumers outside the pattern")
+            return "X - mean has consumers outside the pattern"
         pow_ = next((c for c in readers if gu.is_op(c, "Pow")), None)
         div = next((c for c in readers if gu.is_op(c, "Div")), None)
         if pow_ is None or div is None or not gu.is_scalar_close(graph, pow_.input_names[1], 2.0):
-            return self.decline(rm1, "X - mean does not feed Pow(., 2) and Div")
+            return "X - mean does not feed Pow(., 2) and Div"
         chain = self._variance_chain(graph, rm1, pow_, div)
-        if not chain:
-            return None
+        if isinstance(chain, str):
+            return chain
         rm2, add_eps, sqrt, eps = chain
         tail = self._affine(graph, x, div)
         if tail is None:
-            return self.decline(rm1, "the Div is not followed by Mul(scale) and Add(bias), "
-                                     "1-D of X's last dimension, each its only consumer")
+            return ("the Div is not followed by Mul(scale) and Add(bias), "
+                    "1-D of X's last dimension, each its only consumer")
         mul, add_bias, scale, bias = tail
         nodes = [rm1, *subs, pow_, rm2, add_eps, sqrt, div, mul, add_bias]
-        return nodes, x, scale, bias, eps, add_bias.output_names[0]
+        return LayerNormMatch(nodes, x, scale, bias, eps, add_bias.output_names[0])
 
     def _variance_chain(self, graph, rm1, pow_, div):
+        """(ReduceMean, Add, Sqrt, epsilon) from Pow's output to the Div, or why not (str)."""
         rm2 = gu.single_consumer(graph, pow_.output_names[0])
-        if not gu.is_op(rm2, "ReduceMean") or not self._last_axis_only(graph, rm2, pow_.output_names[0]):
-            return self.decline(rm1, "Pow's output is not only read by a ReduceMean over the last axis")
+        not_variance = "Pow's output is not only read by a ReduceMean over the last axis"
+        if not gu.is_op(rm2, "ReduceMean"):
+            return not_variance
+        reason = _last_axis_reason(graph, rm2, pow_.output_names[0])
+        if reason:
+            self.decline(rm2, reason)
+            return not_variance
         add = gu.single_consumer(graph, rm2.output_names[0])
         eps_name = gu.other_input(add, rm2.output_names[0]) if gu.is_op(add, "Add") else None
         eps = gu.scalar(graph, eps_name) if eps_name else None
         if eps is None:
-            return self.decline(rm1, "the variance is not only read by Add(var, constant epsilon)")
+            return "the variance is not only read by Add(var, constant epsilon)"
         if gu.elem_type(graph, eps_name) != gu.elem_type(graph, rm1.input_names[0]):
-            return self.decline(rm1, "epsilon's element type differs from X's")
+            return "epsilon's element type differs from X's"
         sqrt = gu.single_consumer(graph, add.output_names[0])
         if not gu.is_op(sqrt, "Sqrt") or gu.single_consumer(graph, sqrt.output_names[0]) is not div \
                 or div.input_names[1] != sqrt.output_names[0]:
-            return self.decline(rm1, "var + epsilon does not go through Sqrt into the Div's denominator")
+            return "var + epsilon does not go through Sqrt into the Div's denominator"
         return rm2, add, sqrt, eps
 
     @staticmethod
@@ -158,3 +165,14 @@ class LayerNormFusion(GraphTransformer):
                                 and gu.broadcasts_to_last_dim(graph, bias, x)):
             return None
         return mul, add, scale, bias
+
+
+def _last_axis_reason(graph, node, x):
+    """Why a ReduceMean of `x` is not a reduction over the last axis alone (keepdims), or None."""
+    dims = gu.shape(graph, x)
+    axes = gu.reduce_axes(graph, node)
+    if dims is None or axes is None or node.attribute("keepdims", 1) != 1:
+        return "its axes or input rank are unknown, or keepdims is 0"
+    if gu.normalized_axes(axes, len(dims)) != [len(dims) - 1]:
+        return f"it reduces over axes {axes}, not the last axis alone"
+    return None

@@ -5,7 +5,8 @@ level loop of InferenceSession::TransformGraph (onnxruntime/core/session/inferen
 For each level, step after step up to the step limit: every transformer of the level in
 registration order (apply-once ones in the first step only), the graph re-resolved after each
 one that changed it; the loop ends with the first step in which nothing changed. Every
-application is recorded: which nodes it removed, added and fused, and why it declined others.
+application is recorded: which nodes it removed, added and fused, why it declined others, and
+how many times each transformer (each rule, inside a rule-based transformer) fired.
 """
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ class TransformerRecord:
     added: list = field(default_factory=list)
     fused: list = field(default_factory=list)  # (new node, its op type, [op types it replaced])
     declined: list = field(default_factory=list)  # (node, reason)
+    fires: dict = field(default_factory=dict)  # {transformer or rule name: rewrites it made}
 
 
 class GraphTransformerManager:
@@ -61,7 +63,7 @@ class GraphTransformerManager:
         providers = check_providers(providers, OrtlabError)
         manager = cls(steps)
         for lvl in range(1, level + 1):
-            rules = [r() for lv, r in registry.RULES if lv == lvl and _named(wanted, r.__name__, lvl)]
+            rules = [r() for lv, r in registry.RULES.values() if lv == lvl and _named(wanted, r.__name__, lvl)]
             if rules:
                 manager.register(RuleBasedGraphTransformer(registry.rule_transformer_name(lvl), rules, lvl))
             for lv, cls_, eps in registry.in_ort_order():
@@ -110,7 +112,7 @@ class GraphTransformerManager:
         self.history.append(TransformerRecord(
             level, step, transformer.name, modified,
             [before[i] for i in before if i not in after], [after[i] for i in after if i not in before],
-            list(transformer.fused), list(transformer.declined)))
+            list(transformer.fused), list(transformer.declined), _fires(transformer, modified)))
         return modified
 
     def optimize(self, model, level=None):
@@ -142,11 +144,12 @@ class GraphTransformerManager:
         return Table(("level", "step", "transformer", "removed", "added", "fused"), rows)
 
     def fire_counts(self):
-        """{transformer or rule name: how many nodes it fused, folded or removed}."""
+        """{transformer or rule name: how many times it fired over the whole run}; the rules of a
+        rule-based transformer are counted under their own names."""
         counts = {}
         for r in self.history:
-            if r.modified:
-                counts[r.transformer] = counts.get(r.transformer, 0) + max(len(r.fused), 1)
+            for name, n in r.fires.items():
+                counts[name] = counts.get(name, 0) + n
         return counts
 
     def declined(self, name=None):
@@ -180,6 +183,15 @@ def optimize(model, level=2, names=None, providers=None, steps=10, **options):
     if excluded is not None:
         _check_excluded(model, as_names(excluded, "excluded_initializers"))
     return manager.optimize(model)
+
+
+def _fires(transformer, modified):
+    """{name: fires} of one application; a transformer that changed the graph without counting
+    its fires (a learner's apply_impl) is counted once per fused node, or once."""
+    fires = transformer.fire_counts()
+    if modified and not fires:
+        fires = {transformer.name: max(len(transformer.fused), 1)}
+    return fires
 
 
 def _summary(fused):
@@ -227,7 +239,7 @@ def option_names():
     import inspect
 
     found = set()
-    for _, cls_, _ in registry.TRANSFORMERS:
+    for _, cls_, _ in registry.TRANSFORMERS.values():
         for name, p in inspect.signature(cls_.__init__).parameters.items():
             if name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
                 found.add(name)

@@ -1,17 +1,20 @@
-"""Which transformers run at which optimization level, filled by decorators.
+"""Which transformers and rewrite rules run at which optimization level, filled by decorators.
 
 Mirrors onnxruntime/core/optimizer/graph_transformer_utils.cc (GenerateTransformers,
 GenerateRewriteRules): level 1 "basic" (semantics-preserving rewrites in ONNX ops, on
 every EP), level 2 "extended" (fusions into ORT's com.microsoft ops, for the EPs that
 have their kernels), level 3 "layout" (NCHWc/NHWC layout changes for CPU convolutions;
 ortlab's models have no Conv, so ortlab registers none there by default).
-A lab adds a transformer by decorating one class.
+A lab adds a transformer or a rule by decorating one class; both tables are
+ortlab.registry.Registry objects keyed by class name, in registration order, where a class
+registered again under the same name (a re-run notebook cell) replaces the old one in place.
 """
 from ortlab.errors import OrtlabError
+from ortlab.registry import Registry
 
 LEVELS = {1: "basic", 2: "extended", 3: "layout"}
-TRANSFORMERS = []  # (level, class, compatible EPs or None for all), in registration order
-RULES = []  # (level, class)
+TRANSFORMERS = Registry("graph transformer", op_keys=False, duplicates="replace")  # name -> (level, class, EPs)
+RULES = Registry("rewrite rule", op_keys=False, duplicates="replace")  # name -> (level, class)
 
 
 # ORT's order within each level (graph_transformer_utils.cc); transformers a lab adds run after these.
@@ -21,9 +24,10 @@ ORT_ORDER = ["ConstantSharing", "CommonSubexpressionElimination", "ConstantFoldi
 
 
 def in_ort_order():
-    """The registered (level, class, EPs) entries, ORT's own first in ORT's order, then the rest."""
+    """The registered (level, class, EPs) entries, ORT's own first in ORT's order, then the rest
+    in registration order."""
     rank = {name: i for i, name in enumerate(ORT_ORDER)}
-    return sorted(TRANSFORMERS, key=lambda t: (rank.get(t[1].__name__, len(rank)), TRANSFORMERS.index(t)))
+    return sorted(TRANSFORMERS.values(), key=lambda t: rank.get(t[1].__name__, len(rank)))
 
 
 def _check_level(level):
@@ -41,7 +45,7 @@ def register_transformer(level=None, compatible_eps=None):
         chosen = cls.level if level is None else level
         _check_level(chosen)
         cls.level, cls.compatible_eps = chosen, compatible_eps
-        _replace(TRANSFORMERS, cls, (chosen, cls, compatible_eps))
+        TRANSFORMERS.register(cls.__name__, (chosen, cls, compatible_eps))
         return cls
     return decorate
 
@@ -50,30 +54,20 @@ def register_rule(level=1):
     """Class decorator: add this RewriteRule to the level's rule-based transformer."""
     def decorate(cls):
         _check_level(level)
-        _replace(RULES, cls, (level, cls))
+        RULES.register(cls.__name__, (level, cls))
         return cls
     return decorate
 
 
-def _replace(table, cls, entry):
-    """Re-registering a class of the same name (a re-run notebook cell) replaces the old one."""
-    for i, old in enumerate(table):
-        if old[1].__name__ == cls.__name__:
-            table[i] = entry
-            return
-    table.append(entry)
-
-
 def unregister(name):
-    """Remove a transformer or rule registered under `name` (labs use it to clean up)."""
-    TRANSFORMERS[:] = [t for t in TRANSFORMERS if t[1].__name__ != name]
-    RULES[:] = [r for r in RULES if r[1].__name__ != name]
+    """Remove the transformer or rule registered under `name` (labs use it to clean up)."""
+    TRANSFORMERS.unregister(name)
+    RULES.unregister(name)
 
 
 def known_names():
     """Every registered transformer and rule name, plus the rule-based transformers' names."""
-    return ([cls.__name__ for _, cls, _ in TRANSFORMERS] + [cls.__name__ for _, cls in RULES]
-            + [rule_transformer_name(level) for level in LEVELS])
+    return list(TRANSFORMERS) + list(RULES) + [rule_transformer_name(level) for level in LEVELS]
 
 
 def rule_transformer_name(level):
