@@ -18,6 +18,7 @@ import torch
 from ortlab.errors import OrtlabError
 from ortlab.ir import Graph
 from ortlab.ir.node_arg import type_of_tensor
+from ortlab.ir.onnx_defs import DEFAULT_OPSET
 from ortlab.models import plain_torch_export
 from ortlab.training.io import flatten_outputs, leaf_paths, TensorStub
 
@@ -178,7 +179,7 @@ class GraphTransitionManager:
     lists each export with its reasons (first call, a dtype change, train/eval...).
     """
 
-    def __init__(self, module, opset=17):
+    def __init__(self, module, opset=DEFAULT_OPSET):
         self.module, self.opset = module, opset
         self.schema, self.model, self.history = None, None, []
 
