@@ -7,7 +7,7 @@ in the providers, and checks their output with the reference kernels of contrib_
 """
 from ortlab.ir.onnx_defs import MS_DOMAIN, opset_of
 from ortlab.transformers import graph_utils as gu
-from ortlab.transformers.gelu_fusion import _bias_add, _data_and_bias
+from ortlab.transformers.gelu_fusion import bias_add
 from ortlab.transformers.pattern import Match, PatternFusion
 from ortlab.transformers.registry import register_transformer
 
@@ -46,9 +46,10 @@ class BiasSoftmaxFusion(PatternFusion):
     anchor, fused_op = "Softmax", ("BiasSoftmax", MS_DOMAIN)
 
     def match(self, graph, softmax):
-        add = _bias_add(graph, softmax)
-        if add is None:
-            return "its input is not an Add read only by this Softmax"
+        found = bias_add(graph, softmax, one_d=False)
+        if isinstance(found, str):
+            return found
+        add = found[0]
         dims = gu.shape(graph, add.output_names[0])
         opset = opset_of(graph.opset_imports) or 0
         axis = softmax.attribute("axis", -1 if opset >= 13 else 1)
@@ -73,13 +74,10 @@ class BiasDropoutFusion(PatternFusion):
     anchor, fused_op = "Dropout", ("BiasDropout", MS_DOMAIN)
 
     def match(self, graph, dropout):
-        add = _bias_add(graph, dropout)
-        if add is None:
-            return "its input is not an Add read only by this Dropout"
-        pair = _data_and_bias(graph, add)
-        if pair is None:
-            return "neither Add input is a 1-D bias of the other's last dimension"
-        x, bias = pair
+        found = bias_add(graph, dropout)
+        if isinstance(found, str):
+            return found
+        add, x, bias = found
         rest = (dropout.input_names + ["", ""])[1:3]
         out, mask = (dropout.output_names + [""])[:2]
         nodes, residual = [add, dropout], ""

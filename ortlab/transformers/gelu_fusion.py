@@ -68,21 +68,23 @@ class BiasGeluFusion(PatternFusion):
     anchor, fused_op = ("Gelu", MS_DOMAIN), ("BiasGelu", MS_DOMAIN)
 
     def match(self, graph, gelu):
-        add = _bias_add(graph, gelu)
-        if add is None:
-            return "its input is not an Add read only by this Gelu"
-        pair = _data_and_bias(graph, add)
-        if pair is None:
-            return "neither Add input is a 1-D bias of the other's last dimension"
-        return Match([add, gelu], list(pair), gelu.output_names)
+        found = bias_add(graph, gelu)
+        if isinstance(found, str):
+            return found
+        add, x, bias = found
+        return Match([add, gelu], [x, bias], gelu.output_names)
 
 
-def _bias_add(graph, node):
-    """The Add producing node's first input when node is its only reader, else None."""
+def bias_add(graph, node, one_d=True):
+    """(Add, X, bias) when node's input is Add(X, bias) (either order) read only by node, with
+    (one_d) a 1-D bias of X's last dimension; else why not (str). Without one_d: (Add, A, B)."""
     add = graph.producer(node.input_names[0])
     if not gu.is_op(add, "Add") or gu.single_consumer(graph, add.output_names[0]) is not node:
-        return None
-    return add
+        return f"its input is not an Add read only by this {node.op_type}"
+    pair = _data_and_bias(graph, add) if one_d else add.input_names
+    if pair is None:
+        return "neither Add input is a 1-D bias of the other's last dimension"
+    return (add, *pair)
 
 
 def _data_and_bias(graph, add):
