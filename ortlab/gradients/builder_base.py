@@ -19,14 +19,14 @@ class GradientBuilderError(OrtlabError):
 
 
 class GradientBuilderBase:
-    """One forward node's view for its builder; the emitted nodes collect in `self.nodes`."""
+    """One forward node's view for its builder; the emitted NodeProtos collect in `self.emitted`."""
 
     def __init__(self, graph, node, gradient_inputs, required, names):
         self.graph, self.node = graph, node
         self._go = gradient_inputs        # output index -> name of the gradient arriving there
         self._required = required         # input indices whose gradient is needed
         self._names = names               # the graph builder's unique-name generator
-        self.nodes = []
+        self.emitted = []
         self.initializers = {}            # constants, stored as initializers as ORT's graph does
         self.prefix = f"{node.name or f'{node.op_type}_{node.index}'}_Grad/"
 
@@ -40,7 +40,7 @@ class GradientBuilderBase:
         """Name of forward output i; an absent optional output is added to the forward node."""
         if i >= len(self.node.outputs) or not self.node.outputs[i].exists():
             while len(self.node.outputs) <= i:
-                self.node.outputs.append(self.graph.get_or_create_node_arg(""))
+                self.graph.append_node_output(self.node)
             self.graph.replace_node_output(self.node, i, self._names(f"{self.prefix}forward_output_{i}"))
         return self.node.outputs[i].name
 
@@ -84,7 +84,7 @@ class GradientBuilderBase:
     def emit(self, op_type, inputs, outputs=None, domain="", **attributes):
         """Add one gradient node; returns its output name (or names, when several)."""
         outputs = outputs or [self.IA(op_type.lower())]
-        self.nodes.append(helper.make_node(op_type, list(inputs), list(outputs),
+        self.emitted.append(helper.make_node(op_type, list(inputs), list(outputs),
                                            name=self.IA(op_type), domain=domain or None, **attributes))
         return outputs[0] if len(outputs) == 1 else outputs
 

@@ -52,7 +52,7 @@ class SymbolicGradientBuilder(GradientBuilderBase):
     gradient definitions can express. Shape-dependent helpers take their dynamic path."""
 
     def __init__(self, node):
-        self.graph, self.node, self.nodes, self.initializers = None, node, [], {}
+        self.graph, self.node, self.emitted, self.initializers = None, node, [], {}
         self.prefix, self._counts = "", {}
         self._required = set(range(len(node.inputs))) - stop_edges(node.op_type, node.domain)
 
@@ -103,7 +103,7 @@ class SymbolicGradientBuilder(GradientBuilderBase):
         outputs = outputs or [self.IA(op_type.lower())]
         node = helper.make_node(op_type, list(inputs), list(outputs), domain=domain or None, **attributes)
         node.doc_string = json.dumps(_ort_value) if _ort_value else ""
-        self.nodes.append(node)
+        self.emitted.append(node)
         return outputs[0] if len(outputs) == 1 else outputs
 
 
@@ -148,9 +148,9 @@ def gradient_definition(builder, op_type, domain="", num_inputs=1, num_outputs=1
     except (AttributeError, TypeError) as exc:
         raise OrtGradientError(f"the {op_type} builder needs what ORT's gradient definitions cannot "
                                f"see (static shapes, ranks, types or the opset): {exc}") from None
-    _name_gradients(b.nodes, grads)
+    _name_gradients(b.emitted, grads)
     definition = []
-    for n in b.nodes:
+    for n in b.emitted:
         op = n.op_type if not n.domain else (n.op_type, n.domain)
         attrs = {"value": json.loads(n.doc_string)} if n.doc_string else {a.name: _attribute(a) for a in n.attribute}
         definition.append((op, list(n.input), list(n.output), attrs))

@@ -150,7 +150,7 @@ class GradientGraphBuilder:
         builder = get_gradient_builder(node.op_type, node.domain, node.name or f"#{node.index}")
         b = GradientBuilderBase(self.graph, node, incoming, required, self.unique)
         grads = _gradient_names(node, required, builder(b))
-        self.grad_nodes += b.nodes
+        self.grad_nodes += b.emitted
         self.constants.update(b.initializers)
         for i in sorted(required):
             self.contributions.setdefault(node.inputs[i].name, []).append(grads[i])
