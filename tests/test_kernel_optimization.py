@@ -7,8 +7,8 @@ import torch
 import ortlab.kernels as K
 from ortlab.env import kernel_device
 from ortlab.kernels import bench, optimization as opt, roofline
-from ortlab.kernels.layer_norm import LayerNormalization
-from ortlab.kernels.softmax import row_softmax
+from ortlab.kernels.ops.layer_norm import LayerNormalization
+from ortlab.kernels.ops.softmax import row_softmax
 
 H100 = roofline.DATASHEET["H100 SXM (datasheet)"]
 
@@ -81,6 +81,7 @@ def test_roofline_plot_and_benchmark_on_this_machine():
 def test_gpu_bench_script_runs_here(capsys):
     report = bench.main(["--small"])
     assert all(row["ok"] for row in report["correctness"])
+    assert [row["op"] for row in report["correctness"]] == [cls.op_type for cls in K.KERNELS.values()]
     assert {row["kernel"] for row in report["bandwidth"]} >= {"Softmax (ortlab)", "LayerNorm (torch)"}
     assert '"correctness"' in capsys.readouterr().out
 

@@ -12,8 +12,8 @@ import torch
 import ortlab.kernels as K
 from ortlab import OrtlabError
 from ortlab.env import kernel_device, triton_mode
+from ortlab.ir.onnx_defs import MS_DOMAIN, op_name
 from ortlab.kernels.op_tester import OpTestFailure
-from ortlab.kernels.registry import MS_DOMAIN
 
 MS = MS_DOMAIN
 GPU = kernel_device() == "cuda"
@@ -30,6 +30,19 @@ def t(a, grad=False):
 
 
 # -- op_test: ortlab vs numpy reference vs ORT's CPU kernel ------------------------------
+@pytest.mark.parametrize("key", list(K.KERNELS), ids=lambda key: op_name(*key))
+def test_every_registered_kernel_matches_its_reference_and_ort_on_its_example(key):
+    """A kernel registered anywhere (a new module of ortlab.kernels.ops included) is tested here
+    on Kernel.example, with no other edit; ORT's CPU EP is compared where it has the op."""
+    kernel_cls = K.KERNELS[key]
+    inputs, attributes = kernel_cls.example(np.random.default_rng(0))
+    result = K.op_test(kernel_cls.op_type, inputs, attributes, domain=kernel_cls.domain)
+    compared = {row["against"] for row in result.rows}
+    assert ("numpy reference" in compared or kernel_cls.random) and "ORT CPU" in compared
+    if not kernel_cls.ort_cpu:
+        assert "no CPU kernel in ORT (CUDA only)" in repr(result)
+
+
 ELEMENTWISE = [(7,), (3, 37), (1030,), (2, 3, 129)]  # 1030 > BLOCK 1024: a masked tail
 
 
@@ -225,7 +238,7 @@ def test_large_sizes_on_gpu(op, shape):
     (lambda: K.run("LayerNormalization", rand(3, 4), rand(5)), "input 1 'Scale' must hold"),
     (lambda: K.run("ReduceSum", rand(3, 4), np.array([1, -1])), "repeats an axis"),
     (lambda: K.run("Softmax", rand(3), axes=1), "Softmax has no attribute 'axes'"),
-    (lambda: K.run("GeluGrad", rand(3), rand(3)), "registered under com.microsoft::GeluGrad"),
+    (lambda: K.run("GeluGrad", rand(3), rand(3)), "did you mean com.microsoft:GeluGrad?"),
 ])
 def test_bad_input_names_the_op_and_the_input(call, message):
     with pytest.raises(OrtlabError) as info:
@@ -243,14 +256,11 @@ def test_op_test_reports_a_wrong_kernel_with_its_worst_element():
             dx.view(-1)[-1] += 1.0  # wrong in the tail only
             return (dx,)
 
-    K.register_kernel(WrongGeluGrad, override=True)
-    try:
-        with pytest.raises(OpTestFailure) as info:
-            K.op_test("GeluGrad", [rand(1030), rand(1030, seed=1)], domain=MS)
-    finally:
-        K.register_kernel(original, override=True)
+    with K.KERNELS.using(("GeluGrad", MS), WrongGeluGrad), pytest.raises(OpTestFailure) as info:
+        K.op_test("GeluGrad", [rand(1030), rand(1030, seed=1)], domain=MS)
+    assert K.get_kernel("GeluGrad", MS) is original
     message = str(info.value)
-    assert "GeluGrad on inputs of shapes (1030,), (1030,)" in message
+    assert "com.microsoft:GeluGrad on inputs of shapes (1030,), (1030,)" in message
     assert "ORT CPU" in message and "worst at index (1029,)" in message
 
 
@@ -266,8 +276,25 @@ def test_registry_rejects_duplicates_and_lists_what_it_has():
         assert any(row["op"] == "Relu" for row in K.registered())
     finally:
         K.unregister_kernel("Relu")
-    with pytest.raises(K.KernelNotFound, match="registered: .*ai.onnx::Softmax"):
+    with pytest.raises(K.KernelNotFound, match="Registered: .*Softmax"):
         K.get_kernel("Relu")
+    assert isinstance(K.KernelNotFound("x"), OrtlabError)
+
+
+def test_the_numpy_side_loads_without_torch_or_triton_and_the_api_on_first_use():
+    """ortlab.kernels and its numpy references (which contrib_ops uses) load neither torch nor
+    Triton; the public names load on first use, `launch` the function even when a tool module
+    imported ortlab.kernels.executor first."""
+    import subprocess
+    import sys
+
+    code = ("import sys, ortlab.kernels, ortlab.transformers.contrib_ops\n"
+            "print(sorted(m for m in ('torch', 'triton', 'ortlab.env') if m in sys.modules))\n"
+            "from ortlab.kernels import programs\n"
+            "from ortlab.kernels import launch, registered\n"
+            "print(callable(launch), len(registered()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[:2] == ["[]", f"True {len(K.KERNELS)}"]
 
 
 def test_launches_are_counted():
@@ -340,12 +367,9 @@ class _NegWithBadAttribute(K.Kernel):
 
 
 def test_op_test_shows_orts_own_error_unless_it_is_a_missing_kernel():
-    K.register_kernel(_NegWithBadAttribute)
-    try:
-        with pytest.raises(OpTestFailure, match="ORT failed: .*Unrecognized attribute: flavour"):
-            K.op_test("Neg", [rand(3)], {"flavour": 2})
-    finally:
-        K.unregister_kernel("Neg")
+    with K.KERNELS.using("Neg", _NegWithBadAttribute), \
+            pytest.raises(OpTestFailure, match="ORT failed: .*Unrecognized attribute: flavour"):
+        K.op_test("Neg", [rand(3)], {"flavour": 2})
     # a real missing kernel (BiasSoftmax has none on ORT's CPU EP) is still reported as such
     result = K.op_test("BiasSoftmax", [rand(2, 3), rand(2, 3, seed=1)], domain=MS,
                        providers=["CPUExecutionProvider"])
@@ -370,11 +394,9 @@ class _Log(K.Kernel):
 
 def test_op_test_takes_nan_in_the_same_places_as_equal_and_nan_on_one_side_as_a_mismatch():
     x = np.array([1.0, -1.0, 0.0, 2.0, np.nan, np.inf], np.float32)  # log: 0, nan, -inf, .69, nan, inf
-    K.register_kernel(_Log)
-    try:
+    with K.KERNELS.using("Log", _Log):
         assert K.op_test("Log", [x]).ok
-        K.register_kernel(type("_LogWrong", (_Log,), {"nan_at": 3}), override=True)
-        with pytest.raises(OpTestFailure, match=r"worst at index \(3,\): got nan, expected 0\.69"):
-            K.op_test("Log", [x])
-    finally:
-        K.unregister_kernel("Log")
+    with K.KERNELS.using("Log", type("_LogWrong", (_Log,), {"nan_at": 3})), \
+            pytest.raises(OpTestFailure, match=r"worst at index \(3,\): got nan, expected 0\.69"):
+        K.op_test("Log", [x])
+    assert "Log" not in K.KERNELS

@@ -379,7 +379,7 @@ def _lab05_kernels():
 
 def test_lab05_checks_name_the_failing_shape_and_the_tail(capsys):
     from ortlab.kernels import get_kernel
-    from ortlab.kernels.gelu import GeluGrad
+    from ortlab.kernels.ops.gelu import GeluGrad
     from ortlab.labs import lab05
 
     good, no_pdf_term, drops_the_tail, stub = _lab05_kernels()
@@ -433,7 +433,7 @@ def test_lab05_a_kernel_without_the_tail_mask_is_reported_not_fatal(capsys):
 def test_lab05_bounds_checking_lets_a_masked_kernel_through_and_undoes_itself():
     import torch
     from triton.runtime import interpreter
-    from ortlab.kernels.launch import launch
+    from ortlab.kernels import launch
     from ortlab.labs import lab05
 
     good = _lab05_kernels()[0]
@@ -449,8 +449,8 @@ def test_lab05_bounds_checking_lets_a_masked_kernel_through_and_undoes_itself():
 def _compute_class(body):
     import torch
     import triton
-    from ortlab.kernels.gelu import GeluGrad
-    from ortlab.kernels.launch import launch
+    from ortlab.kernels import launch
+    from ortlab.kernels.ops.gelu import GeluGrad
 
     good = _lab05_kernels()[0]
 

@@ -3,25 +3,34 @@
 `run(op_type, *inputs, domain="", **attributes)` executes a kernel on numpy inputs (Triton's
 interpreter on CPU, compiled on a GPU: ortlab.env chooses); `op_test` compares it with ORT's
 own kernel for the same op. Kernels register themselves with `@register_kernel`.
+
+The op kernels live in ortlab.kernels.ops (one module per op family, and ops/reference.py with
+the numpy maths of every op); the tools stand apart: kernel_def (what a kernel declares),
+registry (KERNELS), executor (launching and running one), op_tester, roofline, bench, optimization, programs.
+Importing this package loads neither torch nor Triton (ortlab.kernels.ops.reference is plain
+numpy): the names below are imported on first use, together with ortlab.env (which sets
+TRITON_INTERPRET first) and ortlab's own kernels.
 """
-from ortlab import env as _env  # sets TRITON_INTERPRET before any @triton.jit below
+import importlib
 
-from ortlab.kernels.kernel_def import Arg, Kernel, KernelInputError
-from ortlab.kernels.launch import count_launches, launch, run, run_reference
-from ortlab.kernels.registry import (KERNELS, KernelNotFound, get_kernel, register_kernel,
-                                     registered, unregister_kernel)
-# Importing a kernel module registers its kernels.
-from ortlab.kernels import bias_softmax, dropout, gather_grad, gelu  # noqa: F401,E402
-from ortlab.kernels import layer_norm, reduce_sum, softmax, softmax_cross_entropy  # noqa: F401,E402
+_HOMES = {"Arg": "kernel_def", "Kernel": "kernel_def", "KernelInputError": "kernel_def",
+          "KERNELS": "registry", "KernelNotFound": "registry", "get_kernel": "registry",
+          "register_kernel": "registry", "registered": "registry", "unregister_kernel": "registry",
+          "count_launches": "executor", "launch": "executor", "run": "executor",
+          "run_reference": "executor", "op_test": "op_tester"}
 
-
-def op_test(op_type, inputs, attributes=None, domain="", providers=None):
-    """See ortlab.kernels.op_tester.op_test (imported on first use: it needs onnx and ORT)."""
-    from ortlab.kernels.op_tester import op_test as _op_test
-
-    return _op_test(op_type, inputs, attributes, domain, providers)
+__all__ = sorted(_HOMES)
 
 
-__all__ = ["Arg", "Kernel", "KernelInputError", "KernelNotFound", "KERNELS", "count_launches",
-           "get_kernel", "launch", "op_test", "register_kernel", "registered", "run", "run_reference",
-           "unregister_kernel"]
+def __getattr__(name):
+    """`ortlab.kernels.run` and the other public names, imported from their modules on first use."""
+    if name not in _HOMES:
+        raise AttributeError(f"module 'ortlab.kernels' has no attribute {name!r}")
+    importlib.import_module(f"{__name__}.registry").load_builtin_kernels()
+    for public, home in _HOMES.items():
+        globals()[public] = getattr(importlib.import_module(f"{__name__}.{home}"), public)
+    return globals()[name]
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOMES))

@@ -1,6 +1,7 @@
 """`python -m ortlab.kernels.bench`: the GPU check of ortlab's kernels, in one call.
 
-On a GPU: every kernel against its numpy reference at moderate sizes, then LayerNorm and
+On a GPU: every registered kernel against its numpy reference on its example at moderate sizes
+(4096 rows of 257: Kernel.example; random ones, Dropout, through their invariant), then LayerNorm and
 softmax forward at large sizes timed with CUDA events and compared with this GPU's measured
 copy bandwidth (the goal: at least 80% of it) and with torch's own kernels. Needs only torch,
 Triton and numpy (no onnxruntime), so it runs on a GPU image without the training build.
@@ -14,35 +15,32 @@ import numpy as np
 import torch
 
 from ortlab.env import kernel_device, triton_mode
-from ortlab.kernels import run, run_reference
-from ortlab.kernels.layer_norm import LayerNormalization
+from ortlab.kernels import KERNELS, run, run_reference
+from ortlab.kernels.ops.layer_norm import LayerNormalization
+from ortlab.kernels.ops.softmax import row_softmax
 from ortlab.kernels.roofline import DATASHEET, bandwidth_rates, cuda_time_ms, measure_peaks, wall_time_ms
-from ortlab.kernels.softmax import row_softmax
 
-MS = "com.microsoft"
+COLS = 257  # one past a power of two: every row-wise kernel has a masked tail
 
 
-def correctness_cases(n):
+def check(kernel_cls, rows, rng):
+    """One registered kernel on its example: the largest |difference| from its numpy reference
+    (a random kernel: whether its invariant holds)."""
+    inputs, attributes = kernel_cls.example(rng, rows=rows, cols=COLS)
+    op, call = kernel_cls.op_type, {"domain": kernel_cls.domain, **attributes}
+    ours = run(op, *inputs, **call)
+    if kernel_cls.random:
+        problems = kernel_cls(**attributes).invariant(inputs, ours)
+        return {"max abs diff vs numpy": "; ".join(problems) or "random: invariant holds", "ok": not problems}
+    reference = run_reference(op, *inputs, **call)
+    worst = max(float(np.abs(a.astype(np.float64) - b).max()) for a, b in zip(ours, reference))
+    return {"max abs diff vs numpy": worst, "ok": worst < 1e-3}
+
+
+def check_all(rows):
+    """Every registered kernel, checked on `rows` x COLS examples."""
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((n, 257)).astype(np.float32)
-    w = rng.standard_normal(257).astype(np.float32)
-    labels = rng.integers(0, 257, n)
-    return [("Softmax", [x], {}, ""), ("LayerNormalization", [x, w, w], {}, ""),
-            ("GeluGrad", [x, x], {}, MS), ("BiasGelu", [x, w], {}, MS),
-            ("ReduceSum", [x, np.array([0])], {}, ""),
-            ("SoftmaxCrossEntropyLoss", [x, labels], {}, ""),
-            ("GatherGrad", [np.array([300, 257]), labels, x], {}, MS),
-            ("BiasSoftmax", [x.reshape(1, n, 257), x[:1]], {"axis": 2}, MS)]
-
-
-def check_all(n):
-    rows = []
-    for op, inputs, attrs, domain in correctness_cases(n):
-        ours = run(op, *inputs, domain=domain, **attrs)
-        ref = run_reference(op, *inputs, domain=domain, **attrs)
-        worst = max(float(np.abs(a.astype(np.float64) - b).max()) for a, b in zip(ours, ref))
-        rows.append({"op": op, "max abs diff vs numpy": worst, "ok": worst < 1e-3})
-    return rows
+    return [{"op": cls.op_type, **check(cls, rows, rng)} for cls in KERNELS.values()]
 
 
 def time_fn(fn):

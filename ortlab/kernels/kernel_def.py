@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ortlab.errors import OrtlabError
+from ortlab.ir.onnx_defs import op_name
 
 FLOAT = ("float32",)
 INDEX = ("int64", "int32")
@@ -50,9 +51,11 @@ class Kernel:
     """Base of every kernel: bind attributes once, check inputs, then `compute` on tensors.
 
     Subclasses set op_type, domain, inputs, outputs, attributes (name -> default), and
-    `mirrors` (the ORT file of the CUDA kernel they follow). `atol` is the absolute
-    tolerance op_test uses (ORT's OpTester default is 1e-4 on CPU, raised where a kernel
-    sums many terms). `random` kernels are compared by their invariant, not elementwise.
+    `mirrors` (the ORT file of the CUDA kernel they follow), and write `reference` and
+    `compute`; `example` gives sample inputs (the default fits elementwise ops). `atol` and
+    `rtol` are the tolerances op_test allows (ORT's OpTester default for float on CPU is 1e-4
+    for both; a kernel that sums many terms may declare larger ones). `random` kernels are
+    compared by their invariant, not elementwise. `ort_cpu` False: ORT has the op on CUDA only.
     """
 
     op_type = ""
@@ -103,9 +106,21 @@ class Kernel:
 
     def __repr__(self):
         bound = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.attributes)
-        return f"{type(self).__name__}({bound})  # {self.domain or 'ai.onnx'}::{self.op_type}"
+        return f"{type(self).__name__}({bound})  # {op_name(self.op_type, self.domain)}"
 
     # -- the parts a kernel writes ------------------------------------------------------
+    @classmethod
+    def example(cls, rng, rows=3, cols=37):
+        """Sample inputs and attributes to run the kernel on: ([numpy arrays], {attributes}).
+
+        The tests and `python -m ortlab.kernels.bench` run every registered kernel on its example.
+        This default gives each required input a float32 (rows, cols) array of standard normals
+        (optional inputs left out), which fits elementwise and row-wise ops; a kernel whose inputs
+        must fit together otherwise overrides it.
+        """
+        return [rng.standard_normal((rows, cols)).astype(np.float32)
+                for arg in cls.inputs if not arg.optional], {}
+
     def reference(self, *inputs):
         """The maths in numpy: numpy arrays in, a tuple of numpy arrays out."""
         raise NotImplementedError

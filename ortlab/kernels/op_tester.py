@@ -4,20 +4,17 @@ Triton kernel and by its numpy reference, compared output by output.
 Mirrors onnxruntime/test/providers/op_tester.h and base_tester.cc: AddInput/AddOutput/
 AddAttribute build a one-node model, Run() executes it on each execution provider and checks
 the outputs with a tolerance (ORT's default for float on CPU is 1e-4 absolute and relative;
-kernels that sum many terms declare a larger `atol`). Random kernels (Dropout) are compared
+a kernel that sums many terms may declare a larger `atol`). Random kernels (Dropout) are compared
 through their invariant, since ORT's random generator is not Triton's.
 """
 from dataclasses import dataclass, field
 
 import numpy as np
-import onnx
-from onnx import helper
 
 from ortlab.errors import OrtlabError
+from ortlab.ir.onnx_defs import one_node_model, op_name
+from ortlab.kernels.executor import bind, run
 from ortlab.kernels.kernel_def import KernelInputError
-from ortlab.kernels.launch import bind, run
-
-OPSET = 17
 
 
 class OpTestFailure(OrtlabError):
@@ -60,33 +57,25 @@ class OpTestResult:
         return "\n".join([head] + lines + [f"-> {'PASS' if self.ok else 'FAIL'}"])
 
 
-def one_node_model(op_type, inputs, n_outputs, attributes, domain=""):
-    """A ModelProto with one node; absent optional inputs get the empty name, as in ONNX."""
-    while inputs and inputs[-1] is None:
-        inputs = inputs[:-1]
-    names = ["" if a is None else f"input{i}" for i, a in enumerate(inputs)]
-    node = helper.make_node(op_type, names, [f"output{i}" for i in range(n_outputs)],
-                            domain=domain or None, **attributes)
-    graph_inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype),
-                                                  a.shape)
-                    for n, a in zip(names, inputs) if a is not None]
-    graph = helper.make_graph([node], f"op_test_{op_type}", graph_inputs,
-                              [onnx.ValueInfoProto(name=f"output{i}") for i in range(n_outputs)])
-    imports = [helper.make_opsetid("", OPSET)] + ([helper.make_opsetid(domain, 1)] if domain else [])
-    model = helper.make_model(graph, opset_imports=imports)
-    model.ir_version = 8
-    feeds = {n: a for n, a in zip(names, inputs) if a is not None}
-    return model, feeds
+def op_model(kernel, arrays, n_outputs):
+    """The one-node model of a kernel's op (every declared attribute set, defaults included, as
+    an ORT schema may require one the call left out, e.g. BiasSoftmax's is_inner_broadcast; None
+    means "not set"), and its feeds. Trailing absent optional inputs are left off."""
+    while arrays and arrays[-1] is None:
+        arrays = arrays[:-1]
+    attributes = {k: getattr(kernel, k) for k in kernel.attributes if getattr(kernel, k) is not None}
+    model = one_node_model(kernel.op_type, arrays, attributes, kernel.domain, outputs=n_outputs,
+                           prefixes=("input", "output"), name=f"op_test_{kernel.op_type}")
+    return model, {f"input{i}": a for i, a in enumerate(arrays) if a is not None}
 
 
 def run_in_ort(model, feeds, provider):
     """Outputs of the one-node model in ORT on one provider, or the error ORT gave."""
-    from ortlab.session import SessionError, create, session_options
+    from ortlab.session import run_model
 
     try:
-        session = create(model, session_options("disable"), [provider])
-        return session.run(None, feeds), None
-    except (SessionError, Exception) as error:  # ORT raises its own exception classes
+        return list(run_model(model, feeds, (provider,)).values()), None
+    except Exception as error:  # SessionError, or ORT's own exception classes
         text = str(error).strip()
         return None, text.splitlines()[0] if text else type(error).__name__
 
@@ -158,16 +147,13 @@ def op_test(op_type, inputs, attributes=None, domain="", providers=None):
     kernel, arrays = bind(op_type, inputs, domain, **attributes)
     attributes = dict(kernel.given)  # checked, numpy scalars made Python ones
     ours = run(op_type, *arrays, domain=domain, **attributes)
-    result = OpTestResult(f"{domain or 'ai.onnx'}::{op_type}",
+    result = OpTestResult(op_name(kernel.op_type, kernel.domain),
                           [None if a is None else tuple(a.shape) for a in arrays])
     result.rows += check_random(kernel, arrays, ours, "invariant (ortlab)")
     reference = kernel.reference(*arrays)
     result.rows += check_random(kernel, arrays, reference, "invariant (numpy reference)")
     result.rows += compare(kernel, reference, ours, "numpy reference")
-    # every declared attribute, defaults included (an ORT schema may require one the call left
-    # out, as BiasSoftmax's is_inner_broadcast); None means "not set"
-    declared = {k: getattr(kernel, k) for k in kernel.attributes if getattr(kernel, k) is not None}
-    model, feeds = one_node_model(op_type, arrays, len(ours), declared, kernel.domain)
+    model, feeds = op_model(kernel, arrays, len(ours))
     ort = quiet_import("onnxruntime")
     for provider in providers or ort.get_available_providers():
         if provider not in ("CPUExecutionProvider", "CUDAExecutionProvider"):

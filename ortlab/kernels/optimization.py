@@ -3,7 +3,7 @@ fused (one pass, intermediates in registers), and multi-tensor apply for optimiz
 
 Naive LayerNorm: mean pass, variance pass, normalize pass = 3 launches, x read 3 times.
 Naive softmax: max pass, exp-sum pass, normalize pass = 3 launches, x read 3 times.
-The fused kernels in layer_norm.py and softmax.py read x once and write y once.
+The fused kernels of ortlab.kernels.ops (layer_norm.py, softmax.py) read x once and write y once.
 Multi-tensor apply (apex's multi_tensor_apply behind ORT's FusedAdam,
 orttraining/orttraining/python/training/optim/fused_adam.py and
 orttraining/orttraining/training_ops/cuda/optimizer/): one launch updates every parameter,
@@ -14,8 +14,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ortlab.kernels.launch import block_size, launch
-from ortlab.kernels.reduce_sum import row_sum
+from ortlab.env import kernel_device
+from ortlab.kernels.executor import block_size, launch
+from ortlab.kernels.ops.reduce_sum import row_sum
 
 BLOCK = 1024
 
@@ -112,10 +113,9 @@ def fusion_timings(shape, peaks, peaks_name="measured", on_gpu=None):
     MB moved, and the floor on the memory slope of `peaks` (named `peaks_name` in its column). On a
     GPU (CUDA events) also the achieved GB/s and its % of `peaks`' bandwidth; on CPU (Triton
     interpreted, torch native) those two read roofline.NA_ON_CPU: pass a datasheet GPU's peaks."""
-    from ortlab.env import kernel_device
-    from ortlab.kernels.layer_norm import LayerNormalization
+    from ortlab.kernels.ops.layer_norm import LayerNormalization
+    from ortlab.kernels.ops.softmax import row_softmax
     from ortlab.kernels.roofline import bandwidth_rates, cuda_time_ms, wall_time_ms
-    from ortlab.kernels.softmax import row_softmax
 
     on_gpu = kernel_device() == "cuda" if on_gpu is None else on_gpu
     device = "cuda" if on_gpu else "cpu"
@@ -161,7 +161,7 @@ class FlatParameters:
         gen = torch.Generator().manual_seed(seed)
         sizes = [int(np.prod(s)) for s in shapes]
         self.shapes, self.offsets = shapes, np.cumsum([0] + sizes)
-        device = "cpu" if not torch.cuda.is_available() else "cuda"
+        device = kernel_device()
         self.flat = {name: torch.randn(self.offsets[-1], generator=gen).to(device)
                      for name in ("param", "grad")}
         self.flat["momentum"] = torch.zeros_like(self.flat["param"])
@@ -202,7 +202,7 @@ def block_sweep(n, blocks, timer=None):
 
 def gelu_grad_timer(n):
     """A timer for block_sweep: GeluGrad's kernel on n elements with a given BLOCK (GPU)."""
-    from ortlab.kernels.gelu import gelu_grad_kernel
+    from ortlab.kernels.ops.gelu import gelu_grad_kernel
     from ortlab.kernels.roofline import cuda_time_ms
 
     dy, x = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
@@ -216,8 +216,7 @@ def autotune_gelu_grad(n, blocks=(256, 1024, 4096), warps=(4, 8)):
     winning config as a dict. It times each config with the GPU driver's benchmarker, which Triton
     3.2's interpreter lacks: on CPU the attempt fails, and the RuntimeError says so with Triton's own
     error."""
-    from ortlab.env import kernel_device
-    from ortlab.kernels.gelu import gelu_grad_kernel
+    from ortlab.kernels.ops.gelu import gelu_grad_kernel
 
     device = kernel_device()
     configs = [triton.Config({"BLOCK": b}, num_warps=w) for b in blocks for w in warps]

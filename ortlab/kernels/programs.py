@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from ortlab.env import kernel_device
-from ortlab.kernels.launch import launch
+from ortlab.kernels.executor import launch
 
 
 @triton.jit

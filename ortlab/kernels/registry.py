@@ -1,63 +1,67 @@
 """The kernel registry: kernels keyed by (op type, domain), added by a decorator.
 
-Mirrors onnxruntime/core/framework/kernel_registry.cc (KernelRegistry::Register and
-TryFindKernel). A failed lookup lists what is registered, like ORT's
-"Could not find an implementation for ..." but with the alternatives.
+Mirrors onnxruntime/core/framework/kernel_registry.cc (KernelRegistry::Register, which refuses
+a second kernel for a key, and TryFindKernel). KERNELS is an ortlab.registry.Registry: a failed
+lookup lists what is registered, like ORT's "Could not find an implementation for ..." but with
+the alternatives; `KERNELS.using(key, cls)` swaps a kernel for the length of a `with` block.
+ortlab's own kernels (ortlab.kernels.ops) are registered on first use: `load_builtin_kernels`.
 """
+import importlib
+
 from ortlab.errors import OrtlabError
-
-KERNELS = {}
-MS_DOMAIN = "com.microsoft"
+from ortlab.registry import NotRegisteredError, Registry
 
 
-class KernelNotFound(OrtlabError):
+class KernelNotFound(NotRegisteredError):
     """No kernel is registered for an (op type, domain)."""
 
 
-def key_of(op_type, domain=""):
-    return op_type, ("" if domain in ("", "ai.onnx", None) else domain)
+KERNELS = Registry("kernel", duplicates="error", error=KernelNotFound,
+                   hint='An op outside the ONNX domain needs its domain (domain="com.microsoft"); '
+                        "a new kernel is added with @register_kernel.")
+_builtins_loaded = False
+
+
+def load_builtin_kernels():
+    """Register ortlab's own kernels, once: ortlab.env first (it sets TRITON_INTERPRET before
+    Triton compiles anything), then every module of ortlab.kernels.ops."""
+    global _builtins_loaded
+    if not _builtins_loaded:
+        _builtins_loaded = True  # first, so that the op modules' own @register_kernel skip this
+        importlib.import_module("ortlab.env")
+        importlib.import_module("ortlab.kernels.ops").load()
 
 
 def register_kernel(cls=None, *, override=False):
     """Class decorator: `@register_kernel` adds a Kernel subclass under (op_type, domain).
 
-    Registering a key twice raises unless override=True (a lab replacing a built-in).
+    Registering a key twice raises unless override=True (a lab replacing a built-in) or it is the
+    same class again (a notebook cell run twice).
     """
     def add(kernel_cls):
-        key = key_of(kernel_cls.op_type, kernel_cls.domain)
         if not kernel_cls.op_type:
             raise OrtlabError(f"{kernel_cls.__name__} sets no op_type")
-        if key in KERNELS and not override and KERNELS[key] is not kernel_cls:
-            raise OrtlabError(f"a kernel for {describe(key)} is already registered "
-                              f"({KERNELS[key].__name__}); pass override=True to replace it")
-        KERNELS[key] = kernel_cls
-        return kernel_cls
+        load_builtin_kernels()
+        return KERNELS.register((kernel_cls.op_type, kernel_cls.domain), kernel_cls, override=override)
 
     return add(cls) if cls is not None else add
 
 
 def unregister_kernel(op_type, domain=""):
-    KERNELS.pop(key_of(op_type, domain), None)
-
-
-def describe(key):
-    op_type, domain = key
-    return f"{domain or 'ai.onnx'}::{op_type}"
+    """Remove the kernel registered for (op_type, domain); returns it (None when there is none)."""
+    load_builtin_kernels()
+    return KERNELS.unregister(op_type, domain)
 
 
 def get_kernel(op_type, domain=""):
-    """The Kernel class registered for (op_type, domain)."""
-    key = key_of(op_type, domain)
-    if key not in KERNELS:
-        same_name = [describe(k) for k in KERNELS if k[0] == op_type]
-        hint = f" (registered under {', '.join(same_name)}: pass domain=)" if same_name else ""
-        raise KernelNotFound(f"no ortlab kernel for {describe(key)}{hint}; registered: "
-                             f"{', '.join(sorted(describe(k) for k in KERNELS))}")
-    return KERNELS[key]
+    """The Kernel class registered for (op_type, domain); KernelNotFound lists the registered ones."""
+    load_builtin_kernels()
+    return KERNELS.lookup(op_type, domain)
 
 
 def registered():
     """The registry as rows: op, domain, inputs, outputs, attributes, ORT CPU kernel, mirrors."""
+    load_builtin_kernels()
     return [{"op": cls.op_type, "domain": cls.domain or "ai.onnx",
              "inputs": ", ".join(a.name + ("?" if a.optional else "") for a in cls.inputs),
              "outputs": ", ".join(a.name + ("?" if a.optional else "") for a in cls.outputs),

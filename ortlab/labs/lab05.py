@@ -16,13 +16,13 @@ import numpy as np
 import triton
 
 from ortlab.errors import OrtlabError
-from ortlab.kernels import get_kernel, op_test, register_kernel
-from ortlab.kernels.gelu import GeluGrad
-from ortlab.kernels.launch import launch, to_device
+from ortlab.ir.onnx_defs import MS_DOMAIN as MS, op_key, op_name
+from ortlab.kernels import KERNELS, get_kernel, launch, op_test, register_kernel
+from ortlab.kernels.executor import to_device
 from ortlab.kernels.op_tester import OpTestFailure
+from ortlab.kernels.ops.gelu import GeluGrad
 from ortlab.labs.checks import CheckFailed, check, describe
 
-MS = "com.microsoft"
 BLOCK = 256
 SHAPES = [(1024,), (3, 64), (1000,), (2, 333)]
 
@@ -222,12 +222,8 @@ def unwrap_not_implemented(error):
 
 def with_kernel(kernel_cls, test):
     """Run test() with kernel_cls registered for GeluGrad, then put back what was there."""
-    before = get_kernel("GeluGrad", MS)
-    register_kernel(kernel_cls, override=True)
-    try:
+    with KERNELS.using(("GeluGrad", MS), kernel_cls):
         return test()
-    finally:
-        register_kernel(before, override=True)
 
 
 def check_gelu_grad(kernel_fn):
@@ -241,15 +237,15 @@ def check_gelu_grad(kernel_fn):
 
 
 def check_registered():
-    """Exercise 'register': the kernel registered for com.microsoft::GeluGrad is the learner's
+    """Exercise 'register': the kernel registered for com.microsoft:GeluGrad is the learner's
     class (not the built-in) and passes op_test on every shape."""
     def test():
         cls = get_kernel("GeluGrad", MS)
         if cls is GeluGrad:
-            raise CheckFailed("com.microsoft::GeluGrad is still ortlab's built-in kernel: decorate "
+            raise CheckFailed("com.microsoft:GeluGrad is still ortlab's built-in kernel: decorate "
                               "your class with @register_kernel(override=True)")
-        if (cls.op_type, cls.domain) != ("GeluGrad", MS):
-            raise CheckFailed(f"your class declares {cls.domain}::{cls.op_type}")
+        if op_key(cls.op_type, cls.domain) != ("GeluGrad", MS):
+            raise CheckFailed(f"your class declares {op_name(cls.op_type, cls.domain)}")
         return compute_mistake(cls) or op_test_shapes()
 
     check("register", test)

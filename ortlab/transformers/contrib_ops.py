@@ -2,43 +2,37 @@
 
 They define what each fused op computes, so a fused graph can be checked where ORT's
 CPU EP has no kernel (BiasSoftmax, BiasDropout: onnxruntime/contrib_ops/cuda/ only).
+Where ortlab has a Triton kernel for the op, the maths is that kernel's numpy reference
+(ortlab.kernels.ops.reference, plain numpy: no torch or Triton is loaded here); FusedMatMul
+and FusedGemm, which have no kernel, are defined here.
 Schemas: onnxruntime/core/graph/contrib_ops/contrib_defs.cc, bert_defs.cc, and
 orttraining/orttraining/core/graph/training_op_defs.cc.
 """
-import math
-
 import numpy as np
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-erf = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def _softmax(x, axis=-1):
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
-
-
-def _gelu(x):
-    return (0.5 * x * (1 + erf(x / np.sqrt(2)))).astype(x.dtype)
+from ortlab.ir.onnx_defs import MS_DOMAIN
+from ortlab.kernels.ops.reference import bias_softmax_reference, dropout_reference, gelu_reference
 
 
 class Gelu(OpRun):
-    op_domain = "com.microsoft"
+    op_domain = MS_DOMAIN
+    op_schema = None  # not ONNX's Gelu (opset 20), whose 'approximate' onnx.reference would add
 
     def _run(self, x):
-        return (_gelu(x),)
+        return (gelu_reference(x),)
 
 
 class BiasGelu(OpRun):
-    op_domain = "com.microsoft"
+    op_domain = MS_DOMAIN
 
     def _run(self, x, bias):
-        return (_gelu(x + bias),)
+        return (gelu_reference(x + bias),)
 
 
 class FusedMatMul(OpRun):
-    op_domain = "com.microsoft"
+    op_domain = MS_DOMAIN
 
     def _run(self, a, b, alpha=1.0, transA=0, transB=0, transBatchA=0, transBatchB=0):
         a = np.swapaxes(a, -1, -2) if transA else a
@@ -47,7 +41,7 @@ class FusedMatMul(OpRun):
 
 
 class FusedGemm(OpRun):
-    op_domain = "com.microsoft"
+    op_domain = MS_DOMAIN
 
     def _run(self, a, b, c=None, alpha=1.0, beta=1.0, transA=0, transB=0, activation=None,
              activation_alpha=0.01, activation_beta=None, activation_gamma=None):
@@ -58,23 +52,22 @@ class FusedGemm(OpRun):
 
 
 class BiasSoftmax(OpRun):
-    op_domain = "com.microsoft"
+    """softmax(x + bias) over the dimensions from `axis` on; numpy's broadcast of bias covers
+    both of ORT's (is_inner_broadcast 0 and 1)."""
+    op_domain = MS_DOMAIN
 
     def _run(self, x, bias, axis=1, is_inner_broadcast=0):
-        return (_softmax(x + bias, axis=axis).astype(x.dtype),)
+        return (bias_softmax_reference(x, bias, axis),)
 
 
 class BiasDropout(OpRun):
-    """Deterministic when it cannot drop (inference mode or ratio 0); otherwise seeded by `seed`."""
-    op_domain = "com.microsoft"
+    """Dropout(x + bias) [+ residual]: deterministic when it cannot drop (inference mode or
+    ratio 0); otherwise seeded by `seed`."""
+    op_domain = MS_DOMAIN
 
     def _run(self, x, bias, residual=None, ratio=None, training_mode=None, seed=0):
-        y = x + bias
         ratio = 0.5 if ratio is None else float(ratio)
-        keep = np.ones(y.shape, dtype=bool)
-        if training_mode is not None and bool(training_mode) and ratio > 0:
-            keep = np.random.default_rng(seed).random(y.shape) >= ratio
-            y = np.where(keep, y / (1 - ratio), 0).astype(x.dtype)
+        y, keep = dropout_reference(x + bias, ratio, training_mode is not None and bool(training_mode), seed)
         return ((y if residual is None else y + residual).astype(x.dtype), keep)
 
 

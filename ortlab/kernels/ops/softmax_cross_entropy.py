@@ -15,11 +15,14 @@ import torch
 import triton.language as tl
 import triton
 
+from ortlab.ir.onnx_defs import MS_DOMAIN
+from ortlab.kernels.executor import block_size, launch
 from ortlab.kernels.kernel_def import INDEX, Arg, Kernel
-from ortlab.kernels.launch import block_size, launch
-from ortlab.kernels.reduce_sum import row_sum
-from ortlab.kernels.registry import MS_DOMAIN, register_kernel
-from ortlab.kernels.rows import as_rows, from_rows
+from ortlab.kernels.ops.reduce_sum import row_sum
+from ortlab.kernels.ops.reference import (softmax_cross_entropy_grad_reference,
+                                          softmax_cross_entropy_reference)
+from ortlab.kernels.ops.rows import as_rows, from_rows
+from ortlab.kernels.registry import register_kernel
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -99,13 +102,6 @@ class _SceBase(Kernel):
             return weights
         return torch.ones(n_classes, dtype=like.dtype, device=like.device)
 
-    def reference_rows(self, log_prob, labels, weights):
-        """(row weight w[label] or 0, safe label) with the class axis last, in numpy."""
-        keep = labels != self.ignore()
-        safe = np.where(keep, labels, 0)
-        w = np.ones(log_prob.shape[-1], log_prob.dtype) if weights is None else weights
-        return np.where(keep, w[safe], 0).astype(np.float64), safe
-
 
 @register_kernel
 class SoftmaxCrossEntropyLoss(_SceBase):
@@ -123,14 +119,12 @@ class SoftmaxCrossEntropyLoss(_SceBase):
                     f"(scores without the class axis 1), got {labels.shape}")
         self.check_labels(scores.shape[1], labels, weights)
 
+    @classmethod
+    def example(cls, rng, rows=3, cols=37):
+        return [rng.standard_normal((rows, cols)).astype(np.float32), rng.integers(0, cols, rows)], {}
+
     def reference(self, scores, labels, weights=None):
-        x = np.moveaxis(scores.astype(np.float64), 1, -1)
-        shifted = x - x.max(-1, keepdims=True)
-        log_prob = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
-        w, safe = self.reference_rows(log_prob, labels, weights)
-        loss = -w * np.take_along_axis(log_prob, safe[..., None], -1)[..., 0]
-        out = {"none": loss, "sum": loss.sum(), "mean": loss.sum() / w.sum()}[self.reduction]
-        return np.asarray(out, scores.dtype), np.moveaxis(log_prob, -1, 1).astype(scores.dtype)
+        return softmax_cross_entropy_reference(scores, labels, weights, self.reduction, self.ignore())
 
     def compute(self, scores, labels, weights=None):
         n_classes = scores.shape[1]
@@ -168,13 +162,16 @@ class SoftmaxCrossEntropyLossGrad(_SceBase):
         self.expect(dy.shape == want, f"input 0 'dY' must have shape {want} for reduction="
                     f"{self.reduction!r}, got {dy.shape}")
 
+    @classmethod
+    def example(cls, rng, rows=3, cols=37):
+        """dY of a mean loss, and the log_prob the forward returns for (rows, cols) scores."""
+        labels = rng.integers(0, cols, rows)
+        _, log_prob = softmax_cross_entropy_reference(rng.standard_normal((rows, cols)).astype(np.float32), labels)
+        return [np.array(0.7, np.float32), log_prob, labels], {}
+
     def reference(self, dy, log_prob, labels, weights=None):
-        lp = np.moveaxis(log_prob.astype(np.float64), 1, -1)
-        w, safe = self.reference_rows(lp, labels, weights)
-        onehot = np.eye(lp.shape[-1])[safe]
-        scale = w * dy / (w.sum() if self.reduction == "mean" else 1.0)
-        grad = (np.exp(lp) - onehot) * np.asarray(scale)[..., None]
-        return (np.moveaxis(grad, -1, 1).astype(log_prob.dtype),)
+        return (softmax_cross_entropy_grad_reference(dy, log_prob, labels, weights, self.reduction,
+                                                     self.ignore()),)
 
     def compute(self, dy, log_prob, labels, weights=None):
         n_classes = log_prob.shape[1]

@@ -12,8 +12,9 @@ import torch
 import triton
 import triton.language as tl
 
+from ortlab.kernels.executor import block_size, launch
 from ortlab.kernels.kernel_def import INDEX, Arg, Kernel
-from ortlab.kernels.launch import block_size, launch
+from ortlab.kernels.ops.reference import reduce_sum_reference
 from ortlab.kernels.registry import register_kernel
 
 MAX_BLOCK = 1024
@@ -41,13 +42,18 @@ def row_sum(x2d):
 
 @register_kernel
 class ReduceSum(Kernel):
-    """y = x summed over `axes` (an input since opset 13; all axes when absent or empty)."""
+    """y = x summed over `axes` (an input since opset 13); absent or empty axes mean all axes,
+    or none (y = x) with noop_with_empty_axes=1."""
 
     op_type = "ReduceSum"
     inputs = (Arg("data"), Arg("axes", INDEX, optional=True, ranks=(1,)))
     outputs = (Arg("reduced"),)
     attributes = {"keepdims": 1, "noop_with_empty_axes": 0}
     mirrors = "onnxruntime/core/providers/cuda/reduction/reduction_ops.cc"
+
+    @classmethod
+    def example(cls, rng, rows=3, cols=37):
+        return [rng.standard_normal((rows, cols)).astype(np.float32), np.array([0], np.int64)], {}
 
     def reduced_axes(self, rank, axes):
         if axes is None or len(axes) == 0:
@@ -63,10 +69,7 @@ class ReduceSum(Kernel):
         self.reduced_axes(data.ndim, axes)
 
     def reference(self, data, axes=None):
-        reduced = self.reduced_axes(data.ndim, axes)
-        if not reduced:
-            return (data.copy(),)
-        return (data.sum(axis=reduced, keepdims=bool(self.keepdims)).astype(data.dtype),)
+        return (reduce_sum_reference(data, self.reduced_axes(data.ndim, axes), self.keepdims),)
 
     def compute(self, data, axes=None):
         reduced = self.reduced_axes(data.dim(), axes)

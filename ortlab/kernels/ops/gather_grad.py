@@ -13,10 +13,12 @@ import torch
 import triton
 import triton.language as tl
 
+from ortlab.ir.onnx_defs import MS_DOMAIN
+from ortlab.kernels.executor import block_size, launch
 from ortlab.kernels.kernel_def import INDEX, Arg, Kernel
-from ortlab.kernels.launch import block_size, launch
-from ortlab.kernels.registry import MS_DOMAIN, register_kernel
-from ortlab.kernels.rows import normalize_axis
+from ortlab.kernels.ops.reference import gather_grad_reference
+from ortlab.kernels.ops.rows import normalize_axis, split_at
+from ortlab.kernels.registry import register_kernel
 
 MAX_BLOCK = 1024
 
@@ -45,11 +47,18 @@ class GatherGrad(Kernel):
     attributes = {"axis": 0}
     mirrors = "orttraining/orttraining/training_ops/cuda/tensor/gather_grad.cc"
 
+    @classmethod
+    def example(cls, rng, rows=3, cols=37):
+        """dY (rows, cols) scattered into dX (rows + 2, cols) at random rows (repeats likely)."""
+        return [np.array([rows + 2, cols], np.int64), rng.integers(0, rows + 2, rows),
+                rng.standard_normal((rows, cols)).astype(np.float32)], {}
+
     def layout(self, shape, indices):
+        """(X's dims, axis, outer, gathered dim, number of indices, inner)."""
         shape = [int(d) for d in shape]
         axis = normalize_axis(self.axis, len(shape), self)
-        outer, inner = int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis + 1:], dtype=np.int64))
-        return shape, axis, outer, shape[axis], int(np.asarray(indices).size), inner
+        outer, gather_dim, inner = split_at(shape, axis)
+        return shape, axis, outer, gather_dim, int(np.asarray(indices).size), inner
 
     def check_shapes(self, shape, indices, dy):
         dims, axis, _, gather_dim, _, _ = self.layout(shape, indices)
@@ -61,11 +70,7 @@ class GatherGrad(Kernel):
                     f"outside [-{gather_dim}, {gather_dim})")
 
     def reference(self, shape, indices, dy):
-        dims, axis, outer, gather_dim, n, inner = self.layout(shape, indices)
-        dx = np.zeros((outer, gather_dim, inner), dtype=np.float64)
-        flat = np.where(indices < 0, indices + gather_dim, indices).reshape(-1)
-        np.add.at(dx, (slice(None), flat), dy.reshape(outer, n, inner))
-        return (dx.reshape(dims).astype(dy.dtype),)
+        return (gather_grad_reference(shape, indices, dy, normalize_axis(self.axis, len(shape), self)),)
 
     def compute(self, shape, indices, dy):
         dims, axis, outer, gather_dim, n, inner = self.layout(shape.cpu().numpy(), indices.cpu())

@@ -13,10 +13,12 @@ import torch
 import triton.language as tl
 import triton
 
+from ortlab.ir.onnx_defs import MS_DOMAIN
+from ortlab.kernels.executor import block_size, launch
 from ortlab.kernels.kernel_def import Arg, Kernel
-from ortlab.kernels.launch import block_size, launch
-from ortlab.kernels.registry import MS_DOMAIN, register_kernel
-from ortlab.kernels.rows import as_rows, from_rows, normalize_axis
+from ortlab.kernels.ops.reference import softmax_grad_reference, softmax_reference
+from ortlab.kernels.ops.rows import as_rows, from_rows, normalize_axis
+from ortlab.kernels.registry import register_kernel
 
 
 @triton.jit
@@ -39,11 +41,6 @@ def softmax_grad_kernel(dy_ptr, y_ptr, dx_ptr, n_cols, BLOCK: tl.constexpr):
     y = tl.load(y_ptr + row * n_cols + cols, mask=mask, other=0.0)
     dot = tl.sum(dy * y, axis=0)
     tl.store(dx_ptr + row * n_cols + cols, y * (dy - dot), mask=mask)
-
-
-def softmax_reference(x, axis=-1):
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)
 
 
 def row_softmax(x2d):
@@ -95,8 +92,7 @@ class SoftmaxGrad_13(Kernel):
         normalize_axis(self.axis, y.ndim, self)
 
     def reference(self, dy, y):
-        dot = (dy * y).sum(axis=self.axis, keepdims=True)
-        return ((y * (dy - dot)).astype(y.dtype),)
+        return (softmax_grad_reference(dy, y, self.axis),)
 
     def compute(self, dy, y):
         axis = normalize_axis(self.axis, y.dim(), self)

@@ -1,4 +1,4 @@
-"""Running a registered kernel on numpy inputs: the Python side of a kernel launch.
+"""Launching Triton kernels, and running a registered kernel on numpy inputs.
 
 Mirrors what onnxruntime/core/framework/sequential_executor.cc does around OpKernel::Compute
 for one node: inputs checked against the kernel definition, placed on the kernel's device,
@@ -7,12 +7,13 @@ the CPU; on a GPU they are copied to it and back.
 """
 import contextlib
 
-import numpy as np
-import torch
-import triton
+from ortlab.env import kernel_device  # first: ortlab.env sets TRITON_INTERPRET before Triton loads
 
-from ortlab.env import kernel_device
-from ortlab.kernels.registry import get_kernel
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from ortlab.kernels.registry import get_kernel  # noqa: E402
 
 LAUNCHES = []
 

@@ -16,9 +16,11 @@ import torch
 import triton
 import triton.language as tl
 
+from ortlab.ir.onnx_defs import MS_DOMAIN
+from ortlab.kernels.executor import launch
 from ortlab.kernels.kernel_def import Arg, Kernel
-from ortlab.kernels.launch import launch
-from ortlab.kernels.registry import MS_DOMAIN, register_kernel
+from ortlab.kernels.ops.reference import draw_seed, dropout_grad_reference, dropout_reference
+from ortlab.kernels.registry import register_kernel
 
 BLOCK = 1024
 RATIO = ("float32", "float64")
@@ -78,15 +80,13 @@ class Dropout(_RatioChecks):
     def check_shapes(self, data, ratio, training_mode):
         self.check_ratio(ratio)
 
-    def seed_value(self):
-        return int(np.random.randint(0, 2**31 - 1)) if self.seed is None else int(self.seed)
+    @classmethod
+    def example(cls, rng, rows=3, cols=37):
+        return [rng.standard_normal((rows, cols)).astype(np.float32), np.array(0.3, np.float32),
+                np.array(True)], {"seed": 7}
 
     def reference(self, data, ratio=None, training_mode=None):
-        r = ratio_of(ratio)
-        if not is_training(training_mode) or r == 0:
-            return data.copy(), np.ones(data.shape, dtype=bool)
-        keep = np.random.default_rng(self.seed_value()).random(data.shape) >= r
-        return np.where(keep, data / (1 - r), 0).astype(data.dtype), keep
+        return dropout_reference(data, ratio_of(ratio), is_training(training_mode), self.seed)
 
     def compute(self, data, ratio=None, training_mode=None):
         r = ratio_of(ratio)
@@ -94,7 +94,7 @@ class Dropout(_RatioChecks):
             return data.clone(), torch.ones(data.shape, dtype=torch.bool, device=data.device)
         y, keep = torch.empty_like(data), torch.empty(data.shape, dtype=torch.bool, device=data.device)
         launch(dropout_kernel, triton.cdiv(data.numel(), BLOCK), data, y, keep, data.numel(), r,
-               self.seed_value(), BLOCK=BLOCK)
+               draw_seed(self.seed), BLOCK=BLOCK)
         return y, keep
 
     def invariant(self, inputs, outputs):
@@ -126,8 +126,13 @@ class DropoutGrad(_RatioChecks):
                     f"{mask.shape} must have the same shape")
         self.check_ratio(ratio)
 
+    @classmethod
+    def example(cls, rng, rows=3, cols=37):
+        return [rng.standard_normal((rows, cols)).astype(np.float32), rng.random((rows, cols)) >= 0.3,
+                np.array(0.3, np.float32)], {}
+
     def reference(self, dy, mask, ratio=None, training_mode=None):
-        return (np.where(mask, dy / (1 - ratio_of(ratio)), 0).astype(dy.dtype),)
+        return (dropout_grad_reference(dy, mask, ratio_of(ratio)),)
 
     def compute(self, dy, mask, ratio=None, training_mode=None):
         dx = torch.empty_like(dy)

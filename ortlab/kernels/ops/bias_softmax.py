@@ -16,10 +16,12 @@ import torch
 import triton.language as tl
 import triton
 
+from ortlab.ir.onnx_defs import MS_DOMAIN
+from ortlab.kernels.executor import block_size, launch
 from ortlab.kernels.kernel_def import Arg, Kernel
-from ortlab.kernels.launch import block_size, launch
-from ortlab.kernels.registry import MS_DOMAIN, register_kernel
-from ortlab.kernels.rows import flatten_from, normalize_axis
+from ortlab.kernels.ops.reference import bias_softmax_reference
+from ortlab.kernels.ops.rows import flatten_from, normalize_axis
+from ortlab.kernels.registry import register_kernel
 
 
 @triton.jit
@@ -49,6 +51,12 @@ class BiasSoftmax(Kernel):
     mirrors = "onnxruntime/contrib_ops/cuda/math/bias_softmax.cc"
     ort_cpu = False
 
+    @classmethod
+    def example(cls, rng, rows=3, cols=37):
+        """data (2, rows, cols) and a bias (rows, cols) repeated over the leading dimension."""
+        return [rng.standard_normal((2, rows, cols)).astype(np.float32),
+                rng.standard_normal((rows, cols)).astype(np.float32)], {"axis": 2}
+
     def broadcast_ok(self, x_shape, bias_shape, axis):
         rank = len(x_shape)
         if len(bias_shape) > rank:
@@ -73,12 +81,7 @@ class BiasSoftmax(Kernel):
                     "dims from axis")
 
     def reference(self, x, bias):
-        axis = normalize_axis(self.axis, x.ndim, self)
-        z = (x + bias).astype(np.float64)
-        rows, cols = flatten_from(x.shape, axis)
-        z = z.reshape(rows, cols)
-        e = np.exp(z - z.max(axis=1, keepdims=True))
-        return ((e / e.sum(axis=1, keepdims=True)).reshape(x.shape).astype(x.dtype),)
+        return (bias_softmax_reference(x, bias, normalize_axis(self.axis, x.ndim, self)),)
 
     def compute(self, x, bias):
         axis = normalize_axis(self.axis, x.dim(), self)

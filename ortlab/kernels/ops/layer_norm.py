@@ -18,10 +18,12 @@ import torch
 import triton
 import triton.language as tl
 
+from ortlab.ir.onnx_defs import MS_DOMAIN
+from ortlab.kernels.executor import block_size, launch
 from ortlab.kernels.kernel_def import Arg, Kernel
-from ortlab.kernels.launch import block_size, launch
-from ortlab.kernels.registry import MS_DOMAIN, register_kernel
-from ortlab.kernels.rows import flatten_from, normalize_axis
+from ortlab.kernels.ops.reference import layer_norm_grad_reference, layer_norm_reference
+from ortlab.kernels.ops.rows import flatten_from, normalize_axis, stats_shape
+from ortlab.kernels.registry import register_kernel
 
 ROWS_PER_GROUP = 16
 
@@ -80,10 +82,6 @@ def column_sum_kernel(part_ptr, out_ptr, n_groups, n_cols, BLOCK: tl.constexpr):
     tl.store(out_ptr + cols, acc, mask=mask)
 
 
-def stats_shape(shape, axis):
-    return tuple(shape[:axis]) + (1,) * (len(shape) - axis)
-
-
 @register_kernel
 class LayerNormalization(Kernel):
     """Y = (X - mean) / sqrt(var + epsilon) * Scale + B over dims axis.. (ONNX opset 17)."""
@@ -102,16 +100,12 @@ class LayerNormalization(Kernel):
                         f"input {i} '{name}' must hold X.shape[{axis}:] = {x.shape[axis:]} "
                         f"elements, got shape {p.shape if p is not None else None}")
 
+    @classmethod
+    def example(cls, rng, rows=3, cols=37):
+        return [rng.standard_normal(shape).astype(np.float32) for shape in ((rows, cols), cols, cols)], {}
+
     def reference(self, x, scale, bias=None):
-        axis = normalize_axis(self.axis, x.ndim, self)
-        rows, cols = flatten_from(x.shape, axis)
-        x2 = x.reshape(rows, cols).astype(np.float64)
-        mean = x2.mean(axis=1, keepdims=True)
-        rstd = 1 / np.sqrt(((x2 - mean) ** 2).mean(axis=1, keepdims=True) + self.epsilon)
-        y = (x2 - mean) * rstd * scale.reshape(-1) + (0 if bias is None else bias.reshape(-1))
-        stats = stats_shape(x.shape, axis)
-        return (y.reshape(x.shape).astype(x.dtype), mean.reshape(stats).astype(np.float32),
-                rstd.reshape(stats).astype(np.float32))
+        return layer_norm_reference(x, scale, bias, normalize_axis(self.axis, x.ndim, self), self.epsilon)
 
     def compute(self, x, scale, bias=None):
         axis = normalize_axis(self.axis, x.dim(), self)
@@ -148,16 +142,16 @@ class LayerNormalizationGrad(Kernel):
             self.expect(s.size == rows, f"input {i} '{name}' must hold one value per row "
                         f"({rows} = prod X.shape[:{axis}]), got shape {s.shape}")
 
+    @classmethod
+    def example(cls, rng, rows=3, cols=37):
+        """dY and X (rows, cols), scale (cols,), and the mean and inverse std X's forward saves."""
+        dy, x = (rng.standard_normal((rows, cols)).astype(np.float32) for _ in range(2))
+        scale = rng.standard_normal(cols).astype(np.float32)
+        _, mean, inv_std = layer_norm_reference(x, scale, axis=1)
+        return [dy, x, scale, mean, inv_std], {}
+
     def reference(self, dy, x, scale, mean, rstd):
-        axis = normalize_axis(self.axis, x.ndim, self)
-        rows, cols = flatten_from(x.shape, axis)
-        dy2, x2 = dy.reshape(rows, cols).astype(np.float64), x.reshape(rows, cols).astype(np.float64)
-        mean, rstd = mean.reshape(rows, 1).astype(np.float64), rstd.reshape(rows, 1).astype(np.float64)
-        xhat = (x2 - mean) * rstd
-        g = dy2 * scale.reshape(-1)
-        dx = rstd * (g - g.mean(axis=1, keepdims=True) - xhat * (g * xhat).mean(axis=1, keepdims=True))
-        return (dx.reshape(x.shape).astype(x.dtype), (dy2 * xhat).sum(0).reshape(scale.shape).astype(x.dtype),
-                dy2.sum(0).reshape(scale.shape).astype(x.dtype))
+        return layer_norm_grad_reference(dy, x, scale, mean, rstd, normalize_axis(self.axis, x.ndim, self))
 
     def compute(self, dy, x, scale, mean, rstd):
         axis = normalize_axis(self.axis, x.dim(), self)

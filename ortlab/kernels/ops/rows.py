@@ -27,3 +27,16 @@ def from_rows(rows, layout):
 def flatten_from(shape, axis):
     """(prod(shape[:axis]), prod(shape[axis:])): LayerNormalization's view of X."""
     return int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis:], dtype=np.int64))
+
+
+def stats_shape(shape, axis):
+    """The shape of per-row statistics (LayerNormalization's Mean, InvStdDev): X's dims before
+    `axis` (>= 0), then ones."""
+    return tuple(shape[:axis]) + (1,) * (len(shape) - axis)
+
+
+def split_at(shape, axis):
+    """(prod(shape[:axis]), shape[axis], prod(shape[axis + 1:])): a gather's view of a tensor as
+    (outer, the gathered dimension, inner)."""
+    return (int(np.prod(shape[:axis], dtype=np.int64)), int(shape[axis]),
+            int(np.prod(shape[axis + 1:], dtype=np.int64)))

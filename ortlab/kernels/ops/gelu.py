@@ -7,19 +7,18 @@ Mirrors onnxruntime/contrib_ops/cuda/math/bias_gelu.cc (BiasGelu, bias broadcast
 last dimension) and orttraining/orttraining/training_ops/cuda/activation/activations_grad.cc
 with gelu_grad_impl_common.cuh (GeluGrad).
 """
-import math
-
 import numpy as np
 import torch
 import triton
 import triton.language as tl
 
+from ortlab.ir.onnx_defs import MS_DOMAIN
+from ortlab.kernels.executor import launch
 from ortlab.kernels.kernel_def import Arg, Kernel
-from ortlab.kernels.launch import launch
-from ortlab.kernels.registry import MS_DOMAIN, register_kernel
+from ortlab.kernels.ops.reference import gelu_grad_reference, gelu_reference
+from ortlab.kernels.registry import register_kernel
 
 BLOCK = 1024
-_erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
 @triton.jit
@@ -42,17 +41,6 @@ def gelu_grad_kernel(dy_ptr, x_ptr, dx_ptr, n, BLOCK: tl.constexpr):
     tl.store(dx_ptr + offsets, dy * (cdf + x * pdf), mask=mask)
 
 
-def gelu_reference(x):
-    return (x * 0.5 * (1 + _erf(x / math.sqrt(2)))).astype(x.dtype)
-
-
-def gelu_grad_reference(dy, x):
-    x64 = x.astype(np.float64)
-    cdf = 0.5 * (1 + _erf(x64 / math.sqrt(2)))
-    pdf = np.exp(-0.5 * x64 * x64) / math.sqrt(2 * math.pi)
-    return (dy * (cdf + x64 * pdf)).astype(x.dtype)
-
-
 @register_kernel
 class BiasGelu(Kernel):
     """y = gelu(A + B), B a 1-D bias over A's last dimension (com.microsoft)."""
@@ -61,6 +49,11 @@ class BiasGelu(Kernel):
     inputs = (Arg("A"), Arg("B", ranks=(1,)))
     outputs = (Arg("C"),)
     mirrors = "onnxruntime/contrib_ops/cuda/math/bias_gelu.cc"
+
+    @classmethod
+    def example(cls, rng, rows=3, cols=37):
+        return [rng.standard_normal((rows, cols)).astype(np.float32),
+                rng.standard_normal(cols).astype(np.float32)], {}
 
     def check_shapes(self, a, b):
         self.expect(a.ndim >= 1 and b.shape[0] == a.shape[-1],
