@@ -100,3 +100,33 @@ def test_one_node_model_runs_in_ort_and_omits_none_inputs():
     np.testing.assert_array_equal(run_model(clip, {"x0": x, "x2": np.array(0.5, dtype=np.float32)})["y0"],
                                   np.minimum(x, 0.5))
     assert node_label(clip.graph.node[0]) == "Clip(y0)"
+
+
+# The guard: an entry registered in one of ortlab's registries without a test fails here.
+def _test_sources():
+    from pathlib import Path
+
+    here = Path(__file__).resolve()
+    return "\n".join(p.read_text() for p in here.parent.glob("test_*.py") if p != here)
+
+
+def _untested(names):
+    import re
+
+    text = _test_sources()
+    return sorted(n for n in names if not re.search(rf"\b{re.escape(n)}\b", text))
+
+
+def test_every_registered_transformer_rule_and_doctor_check_is_named_by_a_test():
+    from ortlab.profiling.graph_doctor import CHECKS
+    from ortlab.transformers.registry import RULES, TRANSFORMERS
+
+    assert not _untested(TRANSFORMERS), "transformers with no test"
+    assert not _untested(RULES), "rewrite rules with no test"
+    assert not _untested(CHECKS), "graph-doctor checks with no test"
+
+
+def test_every_registered_kernel_is_named_by_a_test():
+    from ortlab.kernels import KERNELS
+
+    assert not _untested(op for op, _ in KERNELS), "kernels with no test"
