@@ -3,8 +3,9 @@
 On a GPU: every registered kernel against its numpy reference on its example at moderate sizes
 (4096 rows of 257: Kernel.example; random ones, Dropout, through their invariant), then LayerNorm and
 softmax forward at large sizes timed with CUDA events and compared with this GPU's measured
-copy bandwidth (the goal: at least 80% of it) and with torch's own kernels. Needs only torch,
-Triton and numpy (no onnxruntime), so it runs on a GPU image without the training build.
+copy bandwidth (the goal: at least 80% of it) and with torch's own kernels. Needs torch, Triton,
+numpy and onnx (the registry's op keys), not onnxruntime, so it runs on a GPU image without the
+training build.
 On CPU (`--small` is implied) it runs the same steps at tiny sizes under the interpreter, so the
 script itself is tested by CI; its timings are then not GPU figures.
 """
