@@ -11,6 +11,7 @@ import ortlab.kernels as K
 from ortlab import OrtlabError, session
 from ortlab.gradients import check_gradient, register_gradient
 from ortlab.ir import Graph
+from ortlab.ir.onnx_defs import make_model
 from ortlab.training import MiniORTModule
 
 
@@ -22,9 +23,7 @@ def mul_model():
     graph = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["y"], name="mul"),
                                helper.make_node("ReduceSum", ["y"], ["loss"], keepdims=0, name="sum")],
                               "g", [vi("x", [2, 3]), vi("w", [2, 3])], [vi("loss", [])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return make_model(graph, domains=())
 
 
 ONES = np.ones((2, 3), np.float32)

@@ -8,6 +8,7 @@ from onnx import TensorProto, defs, helper, numpy_helper
 
 from ortlab import models
 from ortlab.ir import Graph
+from ortlab.ir.onnx_defs import make_model
 from ortlab.labs import lab01, lab03, lab04
 
 F = TensorProto.FLOAT
@@ -28,9 +29,7 @@ def transpose_matmul(k, m, n, perm=(1, 0), out="Y", shape=True):
     graph = helper.make_graph(nodes, "tm", [helper.make_tensor_value_info("A", F, [k, m]),
                                             helper.make_tensor_value_info("B", F, [k, n])],
                               [helper.make_tensor_value_info(out, F, [m, n] if shape else None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return make_model(graph, domains=())
 
 
 @pytest.mark.parametrize("build, words", [
@@ -53,9 +52,7 @@ def mlp(w1, b1, w2, b2, weights_as_inputs=False, fixed_batch=False):
         inputs += [helper.make_tensor_value_info(t.name, F, list(t.dims)) for t in weights]
         weights = []
     graph = helper.make_graph(nodes, "mlp", inputs, [helper.make_tensor_value_info("Y", F, ["batch", 3])], weights)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return make_model(graph, domains=())
 
 
 @pytest.mark.parametrize("build, words", [
