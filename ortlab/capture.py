@@ -31,11 +31,6 @@ def captured_fd(sink, fd):
         os.close(saved)
 
 
-def captured_stderr_fd(sink):
-    """Send file descriptor 2 (where ORT's C++ logger writes) to `sink` for a while."""
-    return captured_fd(sink, 2)
-
-
 @contextlib.contextmanager
 def logging_to(sink, loggers=(), fmt="%(name)s [%(levelname)s] - %(message)s"):
     """Python logging into `sink` for a while: the root logger's stream handlers, and a handler of

@@ -7,14 +7,14 @@ each live in a Registry. ORT keeps such tables in C++: KernelRegistry
 lists of onnxruntime/core/optimizer/graph_transformer_utils.cc. ortlab gives them one
 shape: `register` with an explicit duplicate policy, `lookup` that lists what is
 registered on a miss, `using` for a temporary swap that is always undone, `unregister`.
-Op keys are (op type, domain) pairs with one spelling of the ONNX domain (ortlab.ir.onnx_defs).
+Op keys are (op type, domain) pairs with one spelling of the ONNX domain (ortlab.onnx_defs).
 """
 from collections.abc import Mapping
 from contextlib import contextmanager
 import difflib
 
 from ortlab.errors import OrtlabError
-from ortlab.ir.onnx_defs import op_key, op_name
+from ortlab.onnx_defs import op_key, op_name
 
 _MISSING = object()
 
@@ -44,7 +44,7 @@ class Registry(Mapping):
                 decision, as in ORT's KernelRegistry, which refuses a second kernel for a key);
       "replace" replace it (gradient builders, transformers, checks: the last one written wins).
     Re-registering the same definition (a notebook cell run twice) always replaces.
-    op_keys: keys are (op type, domain) pairs, normalised by ortlab.ir.onnx_defs.op_key and
+    op_keys: keys are (op type, domain) pairs, normalised by ortlab.onnx_defs.op_key and
     printed as `Softmax` / `com.microsoft:Gelu`; otherwise keys are names (str).
     """
 

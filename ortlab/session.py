@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from ortlab.capture import captured_fd, captured_lines, captured_stderr_fd  # noqa: F401 (kept importable here)
+from ortlab.capture import captured_lines
 from ortlab.env import providers as default_providers
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
-from ortlab.ir.onnx_defs import DEFAULT_OPSET, one_node_model
+from ortlab.onnx_defs import DEFAULT_OPSET, one_node_model
 
 ort = quiet_import("onnxruntime")
 
@@ -200,7 +200,7 @@ def run_node(op_type, inputs, attributes=None, domain="", opset=DEFAULT_OPSET, o
     """Run one op in ORT on numpy inputs (an OpTester in miniature); returns the output arrays.
 
     Mirrors the idea of onnxruntime/test/providers/op_tester.h: a one-node model
-    built from the inputs' types (ortlab.ir.onnx_defs.one_node_model; an input given as None is
+    built from the inputs' types (ortlab.onnx_defs.one_node_model; an input given as None is
     an omitted optional input), run in a session of its own.
     """
     model = one_node_model(op_type, inputs, attributes, domain, opset, outputs, prefixes=("in", "out"),

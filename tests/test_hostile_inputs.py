@@ -11,7 +11,7 @@ import ortlab.kernels as K
 from ortlab import OrtlabError, session
 from ortlab.gradients import check_gradient, register_gradient
 from ortlab.ir import Graph
-from ortlab.ir.onnx_defs import make_model
+from ortlab.onnx_defs import make_model
 from ortlab.training import MiniORTModule
 
 

@@ -12,7 +12,7 @@ import torch
 import ortlab.kernels as K
 from ortlab import OrtlabError
 from ortlab.env import kernel_device, triton_mode
-from ortlab.ir.onnx_defs import MS_DOMAIN, op_name
+from ortlab.onnx_defs import MS_DOMAIN, op_name
 from ortlab.kernels.op_tester import OpTestFailure
 
 MS = MS_DOMAIN

@@ -8,7 +8,7 @@ from onnx import TensorProto, defs, helper, numpy_helper
 
 from ortlab import models
 from ortlab.ir import Graph
-from ortlab.ir.onnx_defs import make_model
+from ortlab.onnx_defs import make_model
 from ortlab.labs import lab01, lab03, lab04
 
 F = TensorProto.FLOAT

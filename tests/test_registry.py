@@ -1,8 +1,8 @@
-"""ortlab.registry.Registry and ortlab.ir.onnx_defs: the table every registry uses, and the op keys."""
+"""ortlab.registry.Registry and ortlab.onnx_defs: the table every registry uses, and the op keys."""
 import numpy as np
 import pytest
 
-from ortlab.ir.onnx_defs import domain_of, node_label, one_node_model, op_key, op_name, opset_of
+from ortlab.onnx_defs import domain_of, node_label, one_node_model, op_key, op_name, opset_of
 from ortlab.registry import NotRegisteredError, Registry, RegistryError
 from ortlab.session import run_model
 
@@ -130,3 +130,14 @@ def test_every_registered_kernel_is_named_by_a_test():
     from ortlab.kernels import KERNELS
 
     assert not _untested(op for op, _ in KERNELS), "kernels with no test"
+
+
+def test_the_kernels_registry_and_bench_need_neither_onnx_nor_onnxruntime():
+    """bench runs on a GPU image that has torch and Triton only (README, "On a GPU machine")."""
+    import subprocess
+    import sys
+
+    code = ("import sys, ortlab.kernels.bench; from ortlab.kernels import KERNELS; assert len(KERNELS) > 0; "
+            "print(sorted(m for m in ('onnx', 'onnxruntime') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

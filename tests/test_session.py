@@ -4,7 +4,7 @@ import pytest
 
 from ortlab import OrtlabError, models, session
 from ortlab.ir import Graph
-from ortlab.ir.onnx_defs import make_model
+from ortlab.onnx_defs import make_model
 
 CPU = ["CPUExecutionProvider"]
 

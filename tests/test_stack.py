@@ -39,7 +39,7 @@ def test_ort_cpp_gradient_graph_builder_differentiates_matmul_sqrt_reducesum():
     from onnxruntime.capi._pybind_state import GradientGraphBuilder
 
     from ortlab import session
-    from ortlab.ir.onnx_defs import make_model
+    from ortlab.onnx_defs import make_model
 
     w = np.linspace(0.5, 1.5, 12, dtype=np.float32).reshape(3, 4)
     x = np.linspace(0.1, 1.0, 6, dtype=np.float32).reshape(2, 3)

@@ -244,7 +244,7 @@ def test_fire_counts_name_each_rule_and_count_each_rewrite():
 def test_constant_sharing_makes_equal_scalars_one_initializer():
     from onnx import helper, numpy_helper
 
-    from ortlab.ir.onnx_defs import make_model
+    from ortlab.onnx_defs import make_model
     from ortlab.transformers import GraphTransformerManager
     inits = [numpy_helper.from_array(np.array(2.0, np.float32), n) for n in ("c1", "c2")]
     graph = helper.make_graph([helper.make_node("Mul", ["x", "c1"], ["a"]), helper.make_node("Mul", ["a", "c2"], ["y"])],

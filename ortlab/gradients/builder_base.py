@@ -9,7 +9,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from ortlab.errors import OrtlabError
-from ortlab.ir.onnx_defs import MS_DOMAIN
+from ortlab.onnx_defs import MS_DOMAIN
 
 MS = MS_DOMAIN  # kMSDomain, the domain of the Grad ops
 

@@ -11,7 +11,7 @@ import numpy as np
 from onnx import helper, numpy_helper
 
 from ortlab.ir import Graph
-from ortlab.ir.onnx_defs import DEFAULT_OPSET, domain_of, make_model, node_op_name, op_name
+from ortlab.onnx_defs import DEFAULT_OPSET, domain_of, make_model, node_op_name, op_name
 from ortlab.viz import Table
 
 

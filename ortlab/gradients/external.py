@@ -24,7 +24,7 @@ from ortlab.env import quiet_import
 from ortlab.gradients.builder_base import GradientBuilderBase
 from ortlab.gradients.ort import OrtGradientError
 from ortlab.gradients.registry import get_gradient_builder, stop_edges
-from ortlab.ir.onnx_defs import domain_of
+from ortlab.onnx_defs import domain_of
 
 _REGISTERED = {}  # "domain::op_type" -> the definition handed to ORT in this process
 

@@ -4,13 +4,12 @@ Wraps onnxruntime.capi._pybind_state.GradientGraphBuilder (training build), whic
 orttraining/orttraining/core/framework/gradient_graph_builder.cc on a serialized model.
 """
 import copy
-import tempfile
 
 import onnx
 
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
-from ortlab.ir.onnx_defs import domain_of
+from ortlab.onnx_defs import domain_of
 
 
 class OrtGradientError(OrtlabError):
@@ -91,13 +90,13 @@ def ort_gradient_graph(model, x_names, loss_name):
 
     x_names: a list of names, or one name as a str (as build_gradient_graph takes them).
     """
-    from ortlab.session import captured_stderr_fd
+    from ortlab.capture import captured_lines
 
     x_names, loss_name = check_arguments(model, x_names, loss_name)
     capi = quiet_import("onnxruntime.capi._pybind_state")
     model = insert_outputs_for_gradients(model)
     try:
-        with tempfile.TemporaryFile(mode="w+") as log, captured_stderr_fd(log):
+        with captured_lines(fds=(2,), python=False):  # ORT logs the build to stderr
             builder = capi.GradientGraphBuilder(model.SerializeToString(), {loss_name}, set(x_names), loss_name)
             builder.build()
         return onnx.load_from_string(builder.get_model())

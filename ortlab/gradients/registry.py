@@ -5,7 +5,7 @@ REGISTER_GRADIENT_BUILDER("Add", GetAddSubGradient) files ORT's builders, and
 the STOP_GRADIENT_EDGES table of gradient_graph_builder.h.
 """
 from ortlab.errors import OrtlabError
-from ortlab.ir.onnx_defs import op_key, op_name
+from ortlab.onnx_defs import op_key, op_name
 from ortlab.registry import Registry
 
 # Inputs through which no gradient flows: shapes, indices, masks, axes, ratios...

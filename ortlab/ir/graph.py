@@ -19,7 +19,7 @@ from ortlab.ir.errors import (DuplicateProducerError, GraphCycleError, GraphErro
 from ortlab.ir.node import Node
 from ortlab.ir.node_arg import NodeArg, type_of_tensor
 from ortlab.ir import topological_order as orders
-from ortlab.ir.onnx_defs import DEFAULT_OPSET, IR_VERSION, ONNX_DOMAIN, domain_of, opset_of
+from ortlab.onnx_defs import DEFAULT_OPSET, IR_VERSION, ONNX_DOMAIN, domain_of, opset_of
 
 # Domains whose schemas live in ORT's C++ only; onnx.defs cannot check their ops.
 ORT_DOMAINS = ("com.microsoft", "com.microsoft.nchwc", "com.microsoft.internal.nhwc")

@@ -9,7 +9,7 @@ import weakref
 import onnx
 from onnx import helper
 
-from ortlab.ir.onnx_defs import node_op_name
+from ortlab.onnx_defs import node_op_name
 
 
 class Node:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ortlab.errors import OrtlabError
-from ortlab.ir.onnx_defs import op_name
+from ortlab.onnx_defs import op_name
 
 FLOAT = ("float32",)
 INDEX = ("int64", "int32")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ortlab.errors import OrtlabError
-from ortlab.ir.onnx_defs import one_node_model, op_name
+from ortlab.onnx_defs import one_node_model, op_name
 from ortlab.kernels.executor import bind, run
 from ortlab.kernels.kernel_def import KernelInputError
 

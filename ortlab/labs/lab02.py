@@ -7,7 +7,7 @@ says which case went wrong and how.
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from ortlab.ir.onnx_defs import make_model
+from ortlab.onnx_defs import make_model
 from ortlab.labs.checks import CheckFailed, check
 from ortlab.transformers import GeluFusion, GraphTransformer, GraphTransformerManager, RewriteRule
 from ortlab.transformers import RuleBasedGraphTransformer, registry

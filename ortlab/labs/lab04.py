@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import defs, helper
 
-from ortlab.ir.onnx_defs import DEFAULT_OPSET, FUNCTION_IR_VERSION, ONNX_DOMAIN
+from ortlab.onnx_defs import DEFAULT_OPSET, FUNCTION_IR_VERSION, ONNX_DOMAIN
 from ortlab.labs.checks import CheckFailed, check, compare
 from ortlab.labs.lab01 import run_in_ort
 

@@ -16,7 +16,7 @@ import numpy as np
 import triton
 
 from ortlab.errors import OrtlabError
-from ortlab.ir.onnx_defs import MS_DOMAIN as MS, op_key, op_name
+from ortlab.onnx_defs import MS_DOMAIN as MS, op_key, op_name
 from ortlab.kernels import KERNELS, get_kernel, launch, op_test, register_kernel
 from ortlab.kernels.executor import to_device
 from ortlab.kernels.op_tester import OpTestFailure

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from ortlab.profiling.trace import Event, Profile, ProfileError
-from ortlab.session import captured_stderr_fd
+from ortlab.capture import captured_lines
 
 
 def self_times(ops):
@@ -55,7 +55,7 @@ def profile_torch(step, steps=3, warmup=1):
 
     for i in range(warmup):
         step(i)
-    with tempfile.TemporaryFile(mode="w+") as log, captured_stderr_fd(log):  # kineto's GPU probe
+    with captured_lines(fds=(2,), python=False):  # kineto's GPU probe
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             for i in range(steps):
                 with torch.profiler.record_function(f"step {i}"):

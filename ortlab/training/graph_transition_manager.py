@@ -18,7 +18,7 @@ import torch
 from ortlab.errors import OrtlabError
 from ortlab.ir import Graph
 from ortlab.ir.node_arg import type_of_tensor
-from ortlab.ir.onnx_defs import DEFAULT_OPSET
+from ortlab.onnx_defs import DEFAULT_OPSET
 from ortlab.models import plain_torch_export
 from ortlab.training.io import flatten_outputs, leaf_paths, TensorStub
 

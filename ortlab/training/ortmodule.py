@@ -23,7 +23,7 @@ import torch
 from ortlab.capture import captured_lines
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
-from ortlab.ir.onnx_defs import node_op_name
+from ortlab.onnx_defs import node_op_name
 from ortlab.training.loop import train as torch_train
 
 # What ORTModule writes with DebugOptions(save_onnx=True), in the order it makes them.

@@ -5,7 +5,7 @@ ORT registers both for the CUDA and ROCm EPs only: its CPU EP has no BiasSoftmax
 BiasDropout kernel, so ortlab runs them only when asked by name or when a GPU EP is
 in the providers, and checks their output with the reference kernels of contrib_ops.py.
 """
-from ortlab.ir.onnx_defs import MS_DOMAIN, opset_of
+from ortlab.onnx_defs import MS_DOMAIN, opset_of
 from ortlab.transformers import graph_utils as gu
 from ortlab.transformers.gelu_fusion import bias_add
 from ortlab.transformers.pattern import Match, PatternFusion

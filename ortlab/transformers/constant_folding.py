@@ -13,7 +13,7 @@ import onnx
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from ortlab.ir.onnx_defs import ONNX_DOMAIN, domain_of
+from ortlab.onnx_defs import ONNX_DOMAIN, domain_of
 from ortlab.transformers import graph_utils as gu
 from ortlab.transformers.graph_transformer import GraphTransformer, label
 from ortlab.transformers.registry import register_transformer

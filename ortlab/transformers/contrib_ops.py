@@ -12,7 +12,7 @@ import numpy as np
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-from ortlab.ir.onnx_defs import MS_DOMAIN
+from ortlab.onnx_defs import MS_DOMAIN
 from ortlab.kernels.ops.reference import bias_softmax_reference, dropout_reference, gelu_reference
 
 

@@ -6,7 +6,7 @@ and the equivalence classes of its inputs; a node whose key was seen before is
 removed and its consumers read the first node's outputs. Non-deterministic ops
 (Dropout, Random*) are never merged, and a node producing a graph output is kept.
 """
-from ortlab.ir.onnx_defs import MS_DOMAIN, ONNX_DOMAIN, domain_of
+from ortlab.onnx_defs import MS_DOMAIN, ONNX_DOMAIN, domain_of
 from ortlab.transformers.constant_folding import NON_DETERMINISTIC
 from ortlab.transformers.graph_transformer import GraphTransformer, label
 from ortlab.transformers.registry import register_transformer

@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ortlab.ir.onnx_defs import make_model, op_name
+from ortlab.onnx_defs import make_model, op_name
 
 F = TensorProto.FLOAT
 

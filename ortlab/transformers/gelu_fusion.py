@@ -9,7 +9,7 @@ ortlab also matches Mul(x, 0.7071) for the Div, which ORT 1.19.2 does not.
 """
 import math
 
-from ortlab.ir.onnx_defs import MS_DOMAIN
+from ortlab.onnx_defs import MS_DOMAIN
 from ortlab.transformers import graph_utils as gu
 from ortlab.transformers.pattern import Match, PatternFusion
 from ortlab.transformers.registry import register_transformer

@@ -7,7 +7,7 @@ CanRemoveNode, RemoveNode, FinalizeNodeFusion) and optimizer_utils.h
 import numpy as np
 from onnx import TensorProto
 
-from ortlab.ir.onnx_defs import MS_DOMAIN, domain_of
+from ortlab.onnx_defs import MS_DOMAIN, domain_of
 from ortlab.transformers.graph_transformer import label
 
 MS = MS_DOMAIN

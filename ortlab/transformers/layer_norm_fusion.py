@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from onnx import TensorProto, defs, helper
 
-from ortlab.ir.onnx_defs import opset_of
+from ortlab.onnx_defs import opset_of
 from ortlab.transformers import graph_utils as gu
 from ortlab.transformers.pattern import PatternFusion
 from ortlab.transformers.registry import register_transformer

@@ -5,7 +5,7 @@ matmul_transpose_fusion.cc (MatmulTransposeFusion), matmul_scale_fusion.cc
 (MatMulScaleFusion) and gemm_activation_fusion.cc (GemmActivationFusion).
 FusedMatMul(A, B) = alpha * op(A) @ op(B), op = transpose of the last two axes when transA/transB.
 """
-from ortlab.ir.onnx_defs import MS_DOMAIN, ONNX_DOMAIN, domain_of
+from ortlab.onnx_defs import MS_DOMAIN, ONNX_DOMAIN, domain_of
 from ortlab.transformers import graph_utils as gu
 from ortlab.transformers.pattern import Match, PatternFusion
 from ortlab.transformers.registry import register_transformer

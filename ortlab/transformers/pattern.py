@@ -19,7 +19,7 @@ asks the fusion about one node without changing the graph.
 """
 from typing import NamedTuple
 
-from ortlab.ir.onnx_defs import node_op_name, op_key, op_name
+from ortlab.onnx_defs import node_op_name, op_key, op_name
 from ortlab.transformers import graph_utils as gu
 from ortlab.transformers.graph_transformer import GraphTransformer, TransformerError
 

@@ -9,7 +9,7 @@ and a PNG (matplotlib; shown where HTML is not trusted).
 import html
 from dataclasses import dataclass
 
-from ortlab.ir.onnx_defs import domain_of
+from ortlab.onnx_defs import domain_of
 
 BOX_W, BOX_H, GAP_X, GAP_Y, MARGIN = 120, 26, 16, 22, 10
 MAX_NODES = 120  # a bigger graph is drawn up to here (a thumbnail); Netron shows all of it

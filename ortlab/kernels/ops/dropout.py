@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ortlab.ir.onnx_defs import MS_DOMAIN
+from ortlab.onnx_defs import MS_DOMAIN
 from ortlab.kernels.executor import launch
 from ortlab.kernels.kernel_def import Arg, Kernel
 from ortlab.kernels.ops.reference import draw_seed, dropout_grad_reference, dropout_reference

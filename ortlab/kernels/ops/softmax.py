@@ -13,7 +13,7 @@ import torch
 import triton.language as tl
 import triton
 
-from ortlab.ir.onnx_defs import MS_DOMAIN
+from ortlab.onnx_defs import MS_DOMAIN
 from ortlab.kernels.executor import block_size, launch
 from ortlab.kernels.kernel_def import Arg, Kernel
 from ortlab.kernels.ops.reference import softmax_grad_reference, softmax_reference

@@ -15,7 +15,7 @@ import torch
 import triton.language as tl
 import triton
 
-from ortlab.ir.onnx_defs import MS_DOMAIN
+from ortlab.onnx_defs import MS_DOMAIN
 from ortlab.kernels.executor import block_size, launch
 from ortlab.kernels.kernel_def import INDEX, Arg, Kernel
 from ortlab.kernels.ops.reduce_sum import row_sum

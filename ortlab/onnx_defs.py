@@ -4,9 +4,9 @@ Mirrors onnxruntime/core/graph/constants.h (kOnnxDomain, kMSDomain, ...) and the
 models of onnxruntime/test/providers/provider_test_utils.h (OpTester builds one node, its
 inputs and outputs, and runs it). An op is keyed by (op type, domain) with the default
 domain spelled "" (never "ai.onnx"), and printed one way: `Softmax`, `com.microsoft:Gelu`.
+The constants and op keys need nothing but Python (the kernels' registry uses them on a GPU
+machine without onnx); the model builders import onnx when called.
 """
-import numpy as np
-from onnx import helper
 
 ONNX_DOMAIN = ""  # kOnnxDomain; "ai.onnx" is an alias that op_key folds into ""
 MS_DOMAIN = "com.microsoft"  # kMSDomain
@@ -52,6 +52,8 @@ def opset_of(opset_imports, domain=""):
 
 def make_model(graph, opset=DEFAULT_OPSET, domains=(MS_DOMAIN,), ir_version=IR_VERSION, **kwargs):
     """helper.make_model with ortlab's IR version and opset imports ({domain: 1} for each extra domain)."""
+    from onnx import helper
+
     imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in domains]
     model = helper.make_model(graph, opset_imports=imports, **kwargs)
     model.ir_version = ir_version
@@ -66,6 +68,8 @@ def one_node_model(op_type, inputs, attributes=None, domain="", opset=DEFAULT_OP
     (elem_type, shape) pairs; an input given as None is an omitted optional input ("").
     `outputs` is a count or a list of names; output types are left for ORT to infer.
     """
+    from onnx import helper
+
     names, graph_inputs = [], []
     for i, value in enumerate(inputs):
         names.append("" if value is None else f"{prefixes[0]}{i}")
@@ -81,6 +85,9 @@ def one_node_model(op_type, inputs, attributes=None, domain="", opset=DEFAULT_OP
 
 
 def _type_of(value):
+    import numpy as np
+    from onnx import helper
+
     if isinstance(value, tuple) and len(value) == 2:
         return value
     value = np.asarray(value)
