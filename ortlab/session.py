@@ -189,9 +189,11 @@ def execution_order(model, feeds, order="default", level="disable", **kwargs):
     return [e["name"][: -len("_kernel_time")] for e in kernel_events(events)]
 
 
-def run_model(model, feeds, providers=("CPUExecutionProvider",)):
-    """Run a model once with graph optimizations off; returns {output name: array}."""
-    session = create(model, session_options("disable"), list(providers))
+def run_model(model, feeds, providers=("CPUExecutionProvider",), level="disable"):
+    """Run a model once, with graph optimizations off unless `level` says otherwise
+    ("basic", "extended", "all"); returns {output name: array}. ortlab's one way to ask ORT
+    for a model's outputs by name."""
+    session = create(model, session_options(level), list(providers))
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, run_session(session, names, feeds)))
 

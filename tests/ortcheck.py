@@ -13,8 +13,7 @@ CPU = ["CPUExecutionProvider"]
 
 def run(model, feeds, optimize=False):
     """Outputs of `model` in ORT on the CPU, without graph optimizations unless asked."""
-    options = session.session_options("all" if optimize else "disable")
-    return session.create(model, options, CPU).run(None, feeds)
+    return list(session.run_model(model, feeds, CPU, "all" if optimize else "disable").values())
 
 
 def random_feeds(model, seed=0):

@@ -149,7 +149,7 @@ def test_ort_fuses_a_fed_epsilon_wrongly():
     model = ex.layer_norm(eps_as_input=True)
     feeds = dict(ex.feeds(model), eps=np.array(0.5, np.float32))
     unfused = session.run_model(model, feeds)["y"]
-    ort_fused = session.create(model, session.session_options("extended"), CPU).run(None, feeds)[0]
+    ort_fused = session.run_model(model, feeds, CPU, level="extended")["y"]
     assert np.abs(ort_fused - unfused).max() > 0.1
     assert_same_outputs(model, optimize(model, providers=CPU), feeds)
 
