@@ -27,3 +27,77 @@ def test_the_readme_quotes_lab08s_stored_step_times():
     assert "ms/step" in stored and "ORTModule" in stored and "PyTorch" in stored
     assert readme_step_times() == stored, ("the README's ORTModule vs PyTorch table differs from lab08's stored "
                                            "output: copy lab08's output into the README after re-executing it")
+
+
+# The contributor section's examples: each runs in a fresh process, and what it registers works.
+EXAMPLE_CHECKS = {
+    "gradient": """
+import numpy as np
+from ortlab.gradients import check_gradient
+from ortlab.gradients.compare import op_model
+case = op_model("Sinh", {"X": np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)})
+assert check_gradient(case.model, case.x_names, case.loss, case.feeds).passed
+""",
+    "fusion": """
+import numpy as np
+from onnx import TensorProto, helper
+from ortlab import onnx_defs
+from ortlab.transformers import GraphTransformerManager
+nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+manager = GraphTransformerManager.from_registry(2, names=["ReluReluFusion"])
+fused = manager.optimize(onnx_defs.make_model(graph))
+assert [n.op_type for n in fused.graph.node] == ["Relu"], fused.graph.node
+assert manager.fire_counts() == {"ReluReluFusion": 1}, manager.fire_counts()
+""",
+    "kernel": """
+from ortlab import kernels
+
+
+def check():  # not at module level: Triton's interpreter chokes on a numpy array among a kernel's globals
+    x = np.linspace(-2, 2, 3000, dtype=np.float32)
+    np.testing.assert_array_equal(kernels.run("Relu", x)[0], np.maximum(x, 0))
+    kernels.op_test("Relu", [x])  # raises OpTestFailure on a mismatch
+
+
+check()
+""",
+    "check": """
+from ortlab import onnx_defs, profiling
+import numpy as np
+model = onnx_defs.one_node_model("Sqrt", [np.ones(3, np.float32)])
+found = profiling.diagnose(model, checks=["standalone_sqrt"]).findings
+assert [f.check for f in found] == ["standalone_sqrt"], found
+""",
+}
+
+
+def readme_examples():
+    text = (ROOT / "README.md").read_text()
+    pattern = r"(\d+) lines?\b[^\n]*(?:\n[^\n<]+)*\n<!-- contributor example: (\w+) -->\n```python\n(.*?)```"
+    return {kind: (int(count), code) for count, kind, code in re.findall(pattern, text, re.S)}
+
+
+def counted_lines(code):
+    """The lines an example takes: not blank, not an import."""
+    return sum(1 for line in code.splitlines()
+               if line.strip() and not line.startswith(("import ", "from ")))
+
+
+def test_the_readme_shows_one_example_per_registry_with_its_line_count():
+    examples = readme_examples()
+    assert set(examples) == set(EXAMPLE_CHECKS), set(examples) ^ set(EXAMPLE_CHECKS)
+    for kind, (count, code) in examples.items():
+        assert counted_lines(code) == count, f"the README says {count} lines for the {kind} example"
+
+
+def test_each_contributor_example_registers_what_works(tmp_path):
+    import subprocess
+    import sys
+
+    for kind, (_, code) in readme_examples().items():
+        script = tmp_path / f"{kind}.py"
+        script.write_text(code + EXAMPLE_CHECKS[kind])
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT)
+        assert done.returncode == 0, f"the README's {kind} example: {done.stderr[-2000:]}"
