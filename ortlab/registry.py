@@ -61,10 +61,14 @@ class Registry(Mapping):
     def key(self, key, domain=None):
         """The normalised key: op_key(op_type, domain) for op registries, the name otherwise."""
         if not self.op_keys:
+            if not isinstance(key, str):
+                raise RegistryError(f"{self.name} entries are keyed by name (str), not {type(key).__name__} {key!r}")
             return key
-        if isinstance(key, tuple):
-            return op_key(*key)
-        return op_key(key, domain or "")
+        op_type, domain = key if isinstance(key, tuple) and len(key) == 2 else (key, domain or "")
+        if not isinstance(op_type, str) or not isinstance(domain or "", str):
+            raise RegistryError(f"{self.name} entries are keyed by an op type (str) or an (op type, domain) "
+                                f"pair of str, not {key!r}")
+        return op_key(op_type, domain)
 
     def describe(self, key):
         """A key printed the one ortlab way."""
@@ -136,7 +140,7 @@ class Registry(Mapping):
     def __contains__(self, key):
         try:
             return self.key(key) in self._entries
-        except TypeError:
+        except RegistryError:
             return False
 
     def __iter__(self):

@@ -141,3 +141,13 @@ def test_the_kernels_registry_and_bench_need_neither_onnx_nor_onnxruntime():
             "print(sorted(m for m in ('onnx', 'onnxruntime') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_key_of_the_wrong_type_is_refused_with_what_a_key_is():
+    ops, names = Registry("kernel"), Registry("check", op_keys=False)
+    for bad in (42, ["Relu"], ("Relu", 1), None):
+        with pytest.raises(RegistryError, match="keyed by an op type"):
+            ops.lookup(bad)
+        assert bad not in ops
+    with pytest.raises(RegistryError, match="keyed by name"):
+        names.register(["x"], 1)
