@@ -126,6 +126,12 @@ def test_every_registered_transformer_rule_and_doctor_check_is_named_by_a_test()
     assert not _untested(CHECKS), "graph-doctor checks with no test"
 
 
+def test_every_reference_op_is_named_by_a_test():
+    from ortlab.transformers.contrib_ops import CONTRIB_OPS
+
+    assert len(CONTRIB_OPS) >= 6 and not _untested(op for op, _ in CONTRIB_OPS), "reference ops with no test"
+
+
 def test_every_registered_kernel_is_named_by_a_test():
     from ortlab.kernels import KERNELS
 

@@ -14,8 +14,18 @@ from onnx.reference.op_run import OpRun
 
 from ortlab.onnx_defs import MS_DOMAIN
 from ortlab.kernels.ops.reference import bias_softmax_reference, dropout_reference, gelu_reference
+from ortlab.registry import Registry
+
+# (op type, domain) -> OpRun class: what onnx.reference runs for the ops outside its own domains.
+CONTRIB_OPS = Registry("reference op", duplicates="replace")
 
 
+def register_reference_op(cls):
+    """Class decorator: onnx.reference runs this OpRun subclass for (its name, its op_domain)."""
+    return CONTRIB_OPS.register((cls.__name__, cls.op_domain), cls)
+
+
+@register_reference_op
 class Gelu(OpRun):
     op_domain = MS_DOMAIN
     op_schema = None  # not ONNX's Gelu (opset 20), whose 'approximate' onnx.reference would add
@@ -24,6 +34,7 @@ class Gelu(OpRun):
         return (gelu_reference(x),)
 
 
+@register_reference_op
 class BiasGelu(OpRun):
     op_domain = MS_DOMAIN
 
@@ -31,6 +42,7 @@ class BiasGelu(OpRun):
         return (gelu_reference(x + bias),)
 
 
+@register_reference_op
 class FusedMatMul(OpRun):
     op_domain = MS_DOMAIN
 
@@ -40,6 +52,7 @@ class FusedMatMul(OpRun):
         return ((alpha * np.matmul(a, b)).astype(a.dtype),)
 
 
+@register_reference_op
 class FusedGemm(OpRun):
     op_domain = MS_DOMAIN
 
@@ -51,6 +64,7 @@ class FusedGemm(OpRun):
         return (act.get(activation, lambda v: v)(y).astype(a.dtype),)
 
 
+@register_reference_op
 class BiasSoftmax(OpRun):
     """softmax(x + bias) over the dimensions from `axis` on; numpy's broadcast of bias covers
     both of ORT's (is_inner_broadcast 0 and 1)."""
@@ -60,6 +74,7 @@ class BiasSoftmax(OpRun):
         return (bias_softmax_reference(x, bias, axis),)
 
 
+@register_reference_op
 class BiasDropout(OpRun):
     """Dropout(x + bias) [+ residual]: deterministic when it cannot drop (inference mode or
     ratio 0); otherwise seeded by `seed`."""
@@ -71,11 +86,8 @@ class BiasDropout(OpRun):
         return ((y if residual is None else y + residual).astype(x.dtype), keep)
 
 
-CONTRIB_OPS = [Gelu, BiasGelu, FusedMatMul, FusedGemm, BiasSoftmax, BiasDropout]
-
-
 def reference_run(model, feeds):
     """Run a model with onnx.reference, com.microsoft ops included; returns {output name: array}."""
-    evaluator = ReferenceEvaluator(model, new_ops=CONTRIB_OPS)
+    evaluator = ReferenceEvaluator(model, new_ops=list(CONTRIB_OPS.values()))
     names = [o.name for o in model.graph.output]
     return dict(zip(names, evaluator.run(None, feeds)))
