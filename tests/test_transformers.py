@@ -425,3 +425,20 @@ def test_providers_given_as_one_name_or_misspelt():
         optimize(model, providers=CPU))
     with pytest.raises(OrtlabError, match="unknown execution provider 'CPUExecutionProvidr'.*did you mean"):
         optimize(model, providers=["CPUExecutionProvidr"])
+
+
+@pytest.mark.parametrize("answer", [True, False, 1, ["Relu"]])
+def test_a_pattern_match_that_returns_neither_match_reason_nor_none_is_explained(answer):
+    from ortlab.ir import Graph
+    from ortlab.transformers import PatternFusion, TransformerError
+
+    class Wrong(PatternFusion):
+        anchor, fused_op = "Relu", "Relu"
+
+        def match(self, graph, node):
+            return answer
+
+    graph = Graph.from_model(ex.elimination("identity"))
+    graph.resolve()
+    with pytest.raises(TransformerError, match="return a Match .*a str .*or None"):
+        Wrong().apply(graph)

@@ -73,8 +73,17 @@ class PatternFusion(GraphTransformer):
                 modified |= self._try(graph, node)
         return modified
 
-    def _try(self, graph, node):
+    def _matched(self, graph, node):
+        """match(graph, node), refused when it is not a Match-like value, a str or None."""
         found = self.match(graph, node)
+        if found is None or isinstance(found, str) or (hasattr(found, "nodes") and not isinstance(found, bool)):
+            return found
+        raise TransformerError(f"{self.name}.match returned {type(found).__name__} {found!r} for node "
+                               f"{node.name or node.op_type}: return a Match (the nodes to fuse and the fused "
+                               "node's inputs and outputs), a str (why it declined) or None (not this pattern)")
+
+    def _try(self, graph, node):
+        found = self._matched(graph, node)
         if found is None:
             return False
         if isinstance(found, str):
@@ -89,7 +98,7 @@ class PatternFusion(GraphTransformer):
         if not self.is_anchor(node):
             wanted = " or ".join(op_name(*k) for k in op_keys(self.anchor))
             return f"{self.name} starts from {wanted}, not {node_op_name(node)}"
-        found = self.match(graph, node)
+        found = self._matched(graph, node)
         if found is None:
             return f"the nodes around it are not {self.name}'s pattern"
         return found if isinstance(found, str) else None
