@@ -105,6 +105,73 @@ def test_block_equals_orts_first_arena_request(name, graph, batch):
         assert got.lower_bound_bytes <= got.peak_bytes
 
 
+
+@pytest.mark.parametrize("seed", range(24))
+def test_block_equals_orts_on_random_dags(seed):
+    """The same fidelity on random DAGs (shapes, element sizes, in-place ops, Cast pairs and fan-out vary
+    with the seed): ORT's first arena request, both orders, reuse on and off; and the engine's block."""
+    from ortlab.engine import InferenceSession, SessionOptions
+    from ortlab.memory.views import random_dag
+
+    model, feeds = random_dag(seed, nodes=12 + seed % 10)
+    shared = session_graph(model)
+    for order, reuse in itertools.product(("default", "priority"), (True, False)):
+        want, unresolved = ort_block_and_unresolved(model, feeds, order, reuse)
+        assert want is not None, "ORT logged no block: make the DAG's tensors larger"
+        got = plan(shared, {"x": feeds["x"].shape}, order=order, enable_mem_reuse=reuse)
+        validate(got)
+        assert (got.peak_bytes, got.unresolved) == (want, unresolved), (order, reuse)
+    options = SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    engine = InferenceSession(model, options)
+    engine.run(None, feeds)
+    assert engine.last_run["pattern_bytes"] == ort_block_and_unresolved(model, feeds, "default", True)[0]
+
+
+def _cast_chain(steps, outputs):
+    """x: float [4] through Casts and Relus; steps: (name, op, input, output, to or None)."""
+    types = {"x": TensorProto.FLOAT}
+    nodes = []
+    for name, op, source, out, to in steps:
+        nodes.append(helper.make_node(op, [source], [out], name=name, **({"to": to} if to else {})))
+        types[out] = to or types[source]
+    graph = helper.make_graph(nodes, "casts", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info(o, types[o], [4]) for o in outputs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+D, F, I64, B = TensorProto.DOUBLE, TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+CAST_CHAINS = {
+    "widen then back, first cast also read elsewhere": (
+        [("a", "Cast", "x", "d", D), ("b", "Cast", "d", "f", F), ("r", "Relu", "f", "y", None),
+         ("m", "Neg", "d", "z", None)], ["y", "z"]),
+    "widen then back, only casts read the first": (
+        [("a", "Cast", "x", "d", D), ("b", "Cast", "d", "f", F), ("r", "Relu", "f", "y", None)], ["y"]),
+    "lossy then widen: kept": (
+        [("a", "Cast", "x", "i", I64), ("b", "Cast", "i", "f", F), ("r", "Relu", "f", "y", None)], ["y"]),
+    "second cast is a graph output: kept": (
+        [("a", "Cast", "x", "d", D), ("b", "Cast", "d", "f", F)], ["f"]),
+    "cast to another type: the first goes": (
+        [("r", "Relu", "x", "x2", None), ("a", "Cast", "x2", "d", D), ("b", "Cast", "d", "i", I64),
+         ("n", "Neg", "i", "y", None)], ["y"]),
+    "to bool and back": (
+        [("a", "Cast", "x", "t", B), ("b", "Cast", "t", "f", F), ("r", "Relu", "f", "y", None)], ["y"]),
+}
+
+
+@pytest.mark.parametrize("case", CAST_CHAINS)
+def test_duplicate_casts_are_removed_as_orts_transform_does_at_every_level(case, tmp_path):
+    """ORT 1.19.2 removes Cast pairs even at ORT_DISABLE_ALL (InsertCastTransformer's
+    RemoveDuplicateCastTransformer): the graph ortlab plans keeps exactly the nodes ORT's saved graph keeps,
+    reading the same values."""
+    model = _cast_chain(*CAST_CHAINS[case])
+    saved = session.optimized_model(model, level="disable", providers=["CPUExecutionProvider"])
+    ours = session_graph(model).graph
+    assert sorted((n.name, tuple(n.input)) for n in saved.graph.node) == \
+        sorted((n.name, tuple(a.name for a in n.inputs)) for n in ours.nodes())
+
 def test_the_plan_of_a_small_graph_reads_as_orts_rules():
     """In-place reuse at last use only (MayInplace), aliasing (Reshape), the freelist by shape and
     element size (that a dead [B, A] buffer is not taken by an [A, B] value is shown on

@@ -36,7 +36,18 @@ def partition(graph, providers, logger):
     missing = [n for n in graph.nodes() if n.index not in assignment]
     if missing:
         raise NotImplementedKernel(_missing_message(graph, missing[0], providers))
-    return assignment
+    remove_duplicate_casts(graph, logger)
+    live = {n.index for n in graph.nodes()}
+    return {index: ep for index, ep in assignment.items() if index in live}
+
+
+def remove_duplicate_casts(graph, logger):
+    """What TransformGraph runs next at every level: InsertCastTransformer's RemoveDuplicateCastTransformer
+    (onnxruntime/core/optimizer/insert_cast_transformer.cc; ortlab.memory.ort_graph mirrors it)."""
+    from ortlab.memory.ort_graph import remove_duplicate_casts as remove
+
+    for name in remove(graph):
+        logger.info("insert_cast_transformer.cc RemoveDuplicateCastTransformer", f"Removed Cast node {name}")
 
 
 def _assign(graph, providers, logger, assignment):

@@ -4,6 +4,7 @@ Nothing here plans or allocates: each view reads a Plan (ortlab.memory.plan) or 
 (ortlab.memory.bfc_arena) that the mirrored machinery produced, or ORT's own log.
 
     rules_model()                     a small graph where each of the planner's rules decides once
+    random_dag(seed)                  (model, feeds): a random DAG of 2-D tensors (shapes, dtypes, in-place ops vary)
     training_step(name, batch, seq)   the zoo model's training graph (forward + backward) and feeds
     ort_first_run_log(model, feeds)   ORT 1.19.2's log lines of its first run (the reference)
     arena_requests(lines) / arena_growth(lines)   what ORT's arena was asked for when it grew, and by how much
@@ -127,6 +128,73 @@ def log_message(line):
     found = re.search(r"\S+\.cc:\d+ .*$", line)
     return found.group(0) if found else line
 
+
+RANDOM_UNARY = ("Relu", "Neg", "Sigmoid", "Tanh", "Abs")
+RANDOM_BINARY = ("Add", "Mul", "Sub")
+RANDOM_WIDTHS = (16, 32, 48, 64, 128)
+
+
+def random_dag(seed, nodes=16, rows=8192):
+    """(model, feeds): a random DAG of 2-D tensors for planning, the same for the same seed.
+
+    x: float [n, 32] (n symbolic, fed `rows`). Each node reads earlier values: element-wise unary ops
+    (some run in place), binary ops on two values of one shape, a MatMul that changes the width, a
+    Transpose ([n, w] -> [w, n]: the same bytes, another shape), a Concat, a ReduceSum to [n, 1], and a
+    Cast to double and back (another element size, so another freelist). Values no node reads are the
+    graph outputs. With `rows` in the thousands the block exceeds the arena's first 1 MiB region, so ORT
+    logs its request."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.RandomState(seed)
+    dtypes = {"float": TensorProto.FLOAT, "double": TensorProto.DOUBLE}
+    values = {"x": ("float", ("n", 32))}   # name -> (dtype, shape)
+    made, inits = [], []
+
+    def pick(where=None):
+        names = [v for v in values if where is None or where(values[v])]
+        return names[rng.randint(len(names))] if names else None
+
+    for i in range(nodes):
+        a = pick()
+        dtype, shape = values[a]
+        kind = rng.choice(["unary", "unary", "binary", "matmul", "transpose", "concat", "reduce", "cast"])
+        out, name = f"v{i}", f"n{i}"
+        if kind == "binary" and pick(lambda v: v == values[a]) is not None:
+            op = RANDOM_BINARY[rng.randint(len(RANDOM_BINARY))]
+            made.append(helper.make_node(op, [a, pick(lambda v: v == values[a])], [out], name=f"{name}_{op}"))
+        elif kind == "matmul" and shape[0] == "n":
+            width = int(RANDOM_WIDTHS[rng.randint(len(RANDOM_WIDTHS))])
+            weight = rng.randn(shape[1], width).astype(np.float32 if dtype == "float" else np.float64) * 0.1
+            inits.append(helper.make_tensor(f"w{i}", dtypes[dtype], weight.shape, weight.ravel().tolist()))
+            made.append(helper.make_node("MatMul", [a, f"w{i}"], [out], name=f"{name}_MatMul"))
+            shape = ("n", width)
+        elif kind == "transpose":
+            made.append(helper.make_node("Transpose", [a], [out], perm=[1, 0], name=f"{name}_Transpose"))
+            shape = shape[::-1]
+        elif kind == "concat" and shape[0] == "n":
+            b = pick(lambda v: v[0] == dtype and v[1][0] == "n")
+            made.append(helper.make_node("Concat", [a, b], [out], axis=1, name=f"{name}_Concat"))
+            shape = ("n", shape[1] + values[b][1][1])
+        elif kind == "reduce" and shape[0] == "n":
+            inits.append(helper.make_tensor(f"axes{i}", TensorProto.INT64, [1], [1]))
+            made.append(helper.make_node("ReduceSum", [a, f"axes{i}"], [out], keepdims=1, name=f"{name}_ReduceSum"))
+            shape = ("n", 1)
+        elif kind == "cast":
+            dtype = "double" if dtype == "float" else "float"
+            made.append(helper.make_node("Cast", [a], [out], to=dtypes[dtype], name=f"{name}_Cast"))
+        else:
+            op = RANDOM_UNARY[rng.randint(len(RANDOM_UNARY))]
+            made.append(helper.make_node(op, [a], [out], name=f"{name}_{op}"))
+        values[out] = (dtype, shape)
+    read = {i for node in made for i in node.input}
+    outputs = [helper.make_tensor_value_info(v, dtypes[values[v][0]], list(values[v][1])) for v in values
+               if v != "x" and v not in read] or [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 32])]
+    graph = helper.make_graph(made, f"random_dag_{seed}",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 32])], outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    feeds = {"x": np.random.RandomState(seed).rand(rows, 32).astype(np.float32)}
+    return model, feeds
 
 # --- the allocation plan ---------------------------------------------------------------------------
 def use_count_table(plan):
