@@ -1,32 +1,61 @@
 """ExecutionFrame: every value of one run, by index.
 
 Mirrors onnxruntime/core/framework/execution_frame.h/.cc: `all_values_` holds one OrtValue per
-index of the OrtValueNameIdxMap; Init fills it with the initializers, then the feeds (shared with
-the caller, not copied); a kernel's Output(i, shape) lands in GetOrCreateNodeOutputMLValue, which
-allocates through the output's EP (its allocator); ReleaseMLValue empties a slot after its last
-use. The frame counts the bytes it holds, so a run reports its peak.
+index of the OrtValueNameIdxMap; Init fills it with the pre-placed fetches (an IOBinding's output
+buffers), the initializers, then the feeds (shared with the caller, not copied); a kernel's
+Output(i, shape) lands in GetOrCreateNodeOutputMLValue, which returns a pre-placed fetch after
+checking its shape, or allocates through the output's EP (its allocator); ReleaseMLValue empties a
+slot after its last use. The frame counts the bytes it holds, so a run reports its peak.
 """
 import math
+
+import numpy as np
 
 from ortlab.engine.errors import KernelFailure
 
 
 def nbytes(value):
+    """Bytes a tensor value holds (numpy array or torch tensor); 0 for anything else."""
     size = getattr(value, "nbytes", None)
     if size is None and hasattr(value, "element_size"):
         size = value.element_size() * value.numel()
     return int(size or 0)
 
 
-class ExecutionFrame:
-    """Values by index for one run; `allocate` and `release` keep count of the bytes held."""
+def data_ptr(value):
+    """The address of a tensor value's first element (numpy or torch), None for anything else."""
+    if isinstance(value, np.ndarray):
+        return value.__array_interface__["data"][0]
+    if hasattr(value, "data_ptr"):
+        return value.data_ptr()
+    return None
 
-    def __init__(self, state, feeds, pattern=None):
+
+def shape_text(shape):
+    """A shape as ORT prints it in its messages: {4,8}."""
+    return "{" + ",".join(str(int(d)) for d in shape) + "}"
+
+
+class ExecutionFrame:
+    """Values by index for one run; `allocate` and `release` keep count of the bytes held.
+
+    `fetches`: {slot: buffer} pre-placed outputs (ORT: the `fetches` given to ExecutionFrame, an
+    IOBinding's bound outputs): a kernel writing that output writes into the buffer."""
+
+    def __init__(self, state, feeds, pattern=None, fetches=None):
         self.state = state
         self.values = [None] * len(state.value_names)
+        self.preplaced = dict(fetches or {})
+        for slot, buffer in self.preplaced.items():
+            self.values[slot] = buffer
         for slot, value in state.initializers.items():
-            self.values[slot] = value
-        for slot, value in feeds.items():
+            if slot in self.preplaced:  # an initializer that is also a bound output: copied into its fetch
+                self._check_fetch(slot, np.shape(value), np.asarray(value).dtype)
+                np.copyto(self.preplaced[slot], value, casting="no")
+            else:
+                self.values[slot] = value
+        for slot, value in feeds.items():  # last, sharing the caller's value, even over a fetch (as ORT)
+            self.preplaced.pop(slot, None)
             self.values[slot] = value
         self.allocations = self.placed = 0
         self.pattern = pattern
@@ -42,6 +71,8 @@ class ExecutionFrame:
         it is planned there with this size, else a new one (ORT: AllocateMLValueTensorSelfOwnBuffer)."""
         if any(d < 0 for d in shape):
             raise KernelFailure(f"cannot allocate {self.state.value_names[slot]!r} with shape {shape}")
+        if slot in self.preplaced:
+            return self._check_fetch(slot, shape, dtype)
         name = self.state.value_names[slot]
         buffer = None
         if self.block is not None and provider.is_cpu_based:
@@ -64,6 +95,24 @@ class ExecutionFrame:
             self.peak_bytes = max(self.peak_bytes, self.bytes_in_use)
         self.values[slot] = buffer
         self.allocations += 1
+        return buffer
+
+    def _check_fetch(self, slot, shape, dtype):
+        """The pre-placed buffer of output `slot` when it has this shape and dtype (ORT:
+        IExecutionFrame::GetOrCreateNodeOutputMLValue's shape verification), else a KernelFailure."""
+        buffer = self.preplaced[slot]
+        if tuple(buffer.shape) != tuple(shape):
+            name = self.state.value_names[slot]
+            raise KernelFailure(
+                f"OrtValue shape verification failed. Current shape:{shape_text(buffer.shape)} Requested "
+                f"shape:{shape_text(shape)}. Output {name!r} is bound to a buffer of the first shape (bound "
+                "with bind_output/bind_ortvalue_output, or kept from an earlier run when it was bound to a "
+                "device without a buffer); call binding.clear_binding_outputs() and bind it again, or bind a "
+                "buffer of the new shape")
+        if np.dtype(dtype) != buffer.dtype:
+            raise KernelFailure(f"output {self.state.value_names[slot]!r} is bound to a {buffer.dtype} "
+                                f"buffer, the kernel writes {np.dtype(dtype)}; bind a buffer of the output's "
+                                "type")
         return buffer
 
     def store(self, slot, value):

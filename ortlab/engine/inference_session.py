@@ -7,6 +7,8 @@ SessionState (one kernel per node, the plan). (ORT runs its level-1 transformers
 and the EP-specific ones after, on the assigned graph; here all levels run first, told which EPs the
 session has.) Run checks the feeds as ORT does, fills an
 ExecutionFrame, lets the SequentialExecutor run the plan, and returns the fetches on the host.
+run_with_iobinding runs with an IOBinding (io_binding.py): its inputs are the feeds, its outputs
+the frame's pre-placed fetches.
 """
 import time
 from pathlib import Path
@@ -16,7 +18,7 @@ import onnx
 from onnx import helper
 
 from ortlab.engine.errors import InvalidArgument, InvalidGraph, NotImplementedKernel
-from ortlab.engine.execution_frame import ExecutionFrame
+from ortlab.engine.execution_frame import ExecutionFrame, data_ptr
 from ortlab.engine.execution_provider import EXECUTION_PROVIDERS, ExecutionProvider
 from ortlab.engine.graph_partitioner import input_dtypes, partition
 from ortlab.engine.kernel_registry import CPU
@@ -215,22 +217,48 @@ class InferenceSession:
         run_options = RunOptions.from_any(run_options)
         fetches = self._check_fetches(output_names)
         feeds = self._check_feeds(input_feed)
+        frame = self._execute(feeds, fetches, run_options)
+        own = set(self.graph.inputs) | set(self.graph.initializers)  # not the caller's array, not a weight
+        return [np.array(v) if name in own else v for name, v in
+                ((name, self._to_host(frame.fetch(name))) for name in fetches)]
+
+    def io_binding(self):
+        """A new IOBinding for this session (ORT: InferenceSession.io_binding()): bind inputs and outputs
+        once, run with run_with_iobinding(binding) as often as wanted."""
+        from ortlab.engine.io_binding import IOBinding
+
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding, run_options=None):
+        """Run with the binding's inputs as feeds (no copy) and its outputs as fetches; the results are
+        read with iobinding.get_outputs() (ORT: InferenceSession.run_with_iobinding)."""
+        from ortlab.engine.io_binding import IOBinding
+
+        if not isinstance(iobinding, IOBinding) or iobinding.session is not self:
+            raise InvalidArgument("run_with_iobinding takes an IOBinding made by this session's "
+                                  f"io_binding(), not {type(iobinding).__name__}")
+        run_options = RunOptions.from_any(run_options)
+        iobinding.run(run_options)
+
+    def _execute(self, feeds, fetches, run_options, preplaced=None):
+        """Fill a frame with the feeds (and pre-placed fetches), run the plan, record last_run; the frame."""
         start = time.perf_counter()
         pattern = self._memory_pattern(feeds)
-        frame = ExecutionFrame(self.state, feeds, pattern)
+        frame = ExecutionFrame(self.state, feeds, pattern, preplaced)
         steps = needed_steps(self.state, fetches) if run_options.only_execute_path_to_fetches else self.state.steps
         self.executor.execute(frame, steps, run_options)
+        names = self.state.value_names
         self.last_run = {"peak_bytes": frame.peak_bytes, "allocations": frame.allocations, "steps": len(steps),
                          "pattern_bytes": pattern.peak_bytes if pattern else 0, "placed_in_pattern": frame.placed,
-                         "allocation_trace": frame.trace}
-        own = set(self.graph.inputs) | set(self.graph.initializers)  # not the caller's array, not a weight
-        results = [np.array(v) if name in own else v for name, v in
-                   ((name, self._to_host(frame.fetch(name))) for name in fetches)]
+                         "allocation_trace": frame.trace,
+                         "feed_data_ptrs": {names[slot]: data_ptr(frame.values[slot]) for slot in feeds},
+                         "fetch_data_ptrs": {name: data_ptr(frame.fetch(name)) for name in fetches},
+                         "preplaced_fetches": [names[slot] for slot in frame.preplaced]}
         if self.profiler:
             end = time.perf_counter()
             self.profiler.session_event("SequentialExecutor::Execute", start, end)
             self.profiler.session_event("model_run", start, end)
-        return results
+        return frame
 
     def arena(self):
         """The last run's host allocations replayed through ortlab.memory's BFCArena (ORT's CPU arena):
