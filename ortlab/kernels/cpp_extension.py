@@ -4,7 +4,8 @@ Two float32 kernels in C++, reached from Python through pybind11's buffer protoc
 and write numpy's (and, through `.numpy()`, torch's) memory where it lies, without a copy:
 
     gelu_grad(dy, x, out=None)   com.microsoft GeluGrad: dy * (Phi(x) + x * phi(x)), the erf form.
-                                 Mirrors orttraining/orttraining/training_ops/cpu/activation/activations_grad.cc
+                                 Mirrors orttraining/orttraining/training_ops/cpu/activation/
+                                 activations_grad.cc
     sgd_step(w, g, lr, ...)      a fused SGD step in place: w -= lr * v, v = momentum * v + g + wd * w
                                  (torch.optim.SGD's rule; ORT's SGDOptimizer is the momentum-free case,
                                  orttraining/orttraining/training_ops/cpu/optimizer/sgd/sgd.cc)
@@ -53,10 +54,12 @@ std::string shape_text(const py::buffer_info& info) {
 py::buffer_info float_buffer(const py::buffer& value, const char* name, bool writable) {
   py::buffer_info info = value.request();
   if (writable && info.readonly)
-    throw std::invalid_argument(std::string("readonly: ") + name + " is read-only; the kernel writes into it");
+    throw std::invalid_argument(std::string("readonly: ") + name +
+                                " is read-only; the kernel writes into it");
   if (info.format != py::format_descriptor<float>::format() || info.itemsize != 4)
-    throw std::invalid_argument(std::string("dtype: ") + name + " has buffer format '" + info.format +
-                                "' (" + std::to_string(info.itemsize) + "-byte items); the kernel takes float32 ('f')");
+    throw std::invalid_argument(std::string("dtype: ") + name + " has buffer format '" + info.format + "' (" +
+                                std::to_string(info.itemsize) + "-byte items); the kernel takes float32 " +
+                                "('f')");
   py::ssize_t expected = info.itemsize;
   for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
     if (info.shape[d] != 1 && info.strides[d] != expected)
@@ -71,8 +74,8 @@ py::buffer_info float_buffer(const py::buffer& value, const char* name, bool wri
 
 void same_size(const py::buffer_info& a, const char* a_name, const py::buffer_info& b, const char* b_name) {
   if (a.shape != b.shape)
-    throw std::invalid_argument(std::string("shape: ") + a_name + " has shape " + shape_text(a) + ", " + b_name +
-                                " has shape " + shape_text(b) + "; they must be equal");
+    throw std::invalid_argument(std::string("shape: ") + a_name + " has shape " + shape_text(a) + ", " +
+                                b_name + " has shape " + shape_text(b) + "; they must be equal");
 }
 
 }  // namespace
@@ -97,7 +100,8 @@ void gelu_grad(py::buffer dy, py::buffer x, py::buffer dx) {
 }
 
 // In place: g' = g + weight_decay * w; v = momentum * v + g' (when v is given); w -= lr * (v or g').
-void sgd_step(py::buffer w, py::buffer g, double lr, double weight_decay, double momentum, py::object velocity) {
+void sgd_step(py::buffer w, py::buffer g, double lr, double weight_decay, double momentum,
+              py::object velocity) {
   py::buffer_info w_info = float_buffer(w, "w", true), g_info = float_buffer(g, "g", false);
   same_size(w_info, "w", g_info, "g");
   const bool with_velocity = !velocity.is_none();
@@ -237,7 +241,8 @@ def explain_build_failure(log, directory):
     errors = first_errors(log)
     shown = "\n".join("    " + line.rstrip()[:300] for line in errors) or "    " + log.strip()[-600:]
     return (f"the C++ extension did not build. The compiler's first errors (main.cpp is your source after "
-            f"load_inline put '#include <torch/extension.h>' on top, so line numbers are one more):\n{shown}\n"
+            f"load_inline put '#include <torch/extension.h>' on top, so line numbers are one more):\n"
+            f"{shown}\n"
             f"Fix the source at that line and build again. If no compiler error is shown, check that g++ and "
             f"ninja work (`g++ --version`, `ninja --version`); to start clean, delete {directory}.")
 
@@ -252,14 +257,15 @@ def as_buffer(value, name):
                                     f"{name}.cpu() (and copy the result back)")
         return value.detach().numpy()
     if not isinstance(value, np.ndarray):
-        raise CppExtensionError(f"{name} is a {type(value).__name__}; pass a numpy array or a torch CPU tensor "
-                                "(np.asarray(..., dtype=np.float32))")
+        raise CppExtensionError(f"{name} is a {type(value).__name__}; pass a numpy array or a torch CPU "
+                                "tensor (np.asarray(..., dtype=np.float32))")
     return value
 
 
 _ADVICE = {
-    "dtype": "The kernel reads the memory as float32 and cannot convert it: pass {0}.astype(np.float32) (numpy) "
-             "or {0}.float() (torch). A converted array is a new buffer: keep it to read what the kernel wrote.",
+    "dtype": "The kernel reads the memory as float32 and cannot convert it: pass {0}.astype(np.float32) "
+             "(numpy) or {0}.float() (torch). A converted array is a new buffer: keep it to read what the "
+             "kernel wrote.",
     "layout": "The kernel walks the memory element after element: pass np.ascontiguousarray({0}) (numpy) or "
               "{0}.contiguous() (torch), a copy; a transposed or strided view is not contiguous.",
     "shape": "Pass arrays of the same shape (the kernel does not broadcast).",
@@ -283,8 +289,8 @@ def call(fn, *args, **kwargs):
         raise CppExtensionError(explain_refusal(fn.__name__, str(refused))) from None
     except TypeError as refused:
         first = str(refused).splitlines()[0]
-        raise CppExtensionError(f"C++ {fn.__name__} refused its arguments ({first}); pass numpy float32 arrays "
-                                "or torch CPU float32 tensors and Python floats") from None
+        raise CppExtensionError(f"C++ {fn.__name__} refused its arguments ({first}); pass numpy float32 "
+                                "arrays or torch CPU float32 tensors and Python floats") from None
 
 
 def gelu_grad(dy, x, out=None):
