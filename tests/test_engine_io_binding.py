@@ -293,6 +293,30 @@ def test_an_output_bound_to_a_device_ep_stays_there():
         ortlab_session().io_binding().bind_output("Y", "cuda")
 
 
+def test_a_cpu_buffer_receives_an_output_of_a_device_ep_session():
+    pytest.importorskip("torch")
+    x = np.random.default_rng(1).standard_normal((3, 5)).astype(np.float32)
+    sess = InferenceSession(chain_model(), providers=["TritonExecutionProvider"])
+    buffer = np.zeros((3, 5), np.float32)
+    binding = sess.io_binding()
+    binding.bind_cpu_input("x", x)
+    binding.bind_output("y", "cpu", 0, np.float32, [3, 5], buffer.ctypes.data)
+    sess.run_with_iobinding(binding)
+    assert ptr(binding.get_outputs()[0]) == buffer.ctypes.data
+    np.testing.assert_allclose(buffer, ort_chain(x), rtol=1e-5, atol=1e-6)
+
+
+def test_the_c_level_ortvalue_binds_too():
+    sess, x = ortlab_session(), batch()
+    value = ort.OrtValue.ortvalue_from_numpy(x)._ortvalue  # what ORTModule's helpers pass around
+    binding = sess.io_binding()
+    binding.bind_ortvalue_input("X", value)
+    binding.bind_output("Y")
+    sess.run_with_iobinding(binding)
+    assert sess.last_run["feed_data_ptrs"]["X"] == value.data_ptr() == x.ctypes.data
+    np.testing.assert_allclose(binding.get_outputs()[0], reference(x)[0], rtol=1e-5, atol=1e-5)
+
+
 def ort_chain(x):
     sess = ort.InferenceSession(chain_model().SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, {"x": x})[0]
@@ -408,6 +432,7 @@ def test_a_wrong_output_name_fails(runtime):
 @pytest.mark.parametrize("bad, message", [
     (np.ones((4, 8)), "Unexpected input data type. Actual: (tensor(double)) , expected: (tensor(float))"),
     (np.ones(8, np.float32), "Invalid rank for input: X Got: 1 Expected: 2"),
+    (np.ones((4, 7), np.float32), "Got invalid dimensions for input: X for the following indices"),
 ])
 def test_a_wrong_input_type_or_rank_fails_at_run(runtime, bad, message):
     sess = SESSIONS[runtime]()
