@@ -62,9 +62,15 @@ def _build(name):
 
 
 @functools.lru_cache(maxsize=None)
+def _case(name):
+    return Case(name, *_build(name))
+
+
 def case(name):
     """The Case called `name` (one of SEEN; the checks also use cases the notebook does not show)."""
-    return Case(name, *_build(name))
+    if not isinstance(name, str):
+        raise CheckFailed(f"case() takes a case's name (a str, one of {SEEN}), not {type(name).__name__}")
+    return _case(name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -118,6 +124,7 @@ def pattern_events(c, lifetimes):
     living in it. A buffer nobody reads is never freed."""
     p, events = c.plan, []
     buffers = sorted(p.planned(), key=lambda v: v.index)
+    lifetimes = _normalized(lifetimes, [b.name for b in buffers])
     ends = {}
     for b in buffers:
         reads = [lifetimes[h.name].last_use for h in _holders(p, b)
@@ -127,6 +134,25 @@ def pattern_events(c, lifetimes):
         events += [Alloc(b.name, lifetimes[b.name].size) for b in buffers if lifetimes[b.name].defined_at == pc]
         events += [Free(b.name) for b in buffers if ends[b.name] == pc]
     return events
+
+
+def _normalized(lifetimes, buffers):
+    """{name: Lifetime} from a dict of Lifetimes or 3-tuples; CheckFailed saying what is missing or wrong."""
+    if not isinstance(lifetimes, dict):
+        raise CheckFailed(f"lifetimes must be a dict {{value name: Lifetime}}, not {type(lifetimes).__name__}")
+    found = {}
+    for name, life in lifetimes.items():
+        if not isinstance(life, tuple) or len(life) != 3:
+            raise CheckFailed(f"the lifetime of {name!r} is {life!r}: give Lifetime(defined_at, last_use, size)")
+        found[name] = Lifetime(*life)
+    for name in buffers:
+        if name not in found:
+            raise CheckFailed(f"no lifetime for {name!r}, which ORT plans a buffer for: give every node output one")
+        life = found[name]
+        if not isinstance(life.defined_at, int) or not isinstance(life.size, int) or life.size <= 0:
+            raise CheckFailed(f"the lifetime of {name!r} is {life}: ORT plans a buffer for it, so it needs an int "
+                              "defined_at and a size in bytes (> 0)")
+    return found
 
 
 def pattern_tensors(c):
@@ -252,7 +278,7 @@ def predicted_block(name, lifetimes, best_fit):
     """The block your two functions predict for a case, before anything runs."""
     c = case(name)
     mine = call_learner(lifetimes, *exercise_inputs(c), what=f"lifetimes on case {name!r}")
-    events = pattern_events(c, {k: Lifetime(*v) for k, v in mine.items()})
+    events = pattern_events(c, mine)
     offsets = call_learner(best_fit, list(events), what=f"best_fit on case {name!r}")
     return peak(offsets, {e.name: e.size for e in events if isinstance(e, Alloc)})
 
