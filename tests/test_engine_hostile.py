@@ -9,6 +9,9 @@ from ortlab.engine import (ExecutionProvider, InferenceSession, OpKernel, Sessio
 from ortlab.engine.execution_provider import EXECUTION_PROVIDERS
 from ortlab.errors import OrtlabError
 from ortlab.memory import BFCArena, plan
+from ortlab.env import quiet_import
+
+ort = quiet_import("onnxruntime")
 
 
 def run_with_relu(kernel):
@@ -107,7 +110,12 @@ def test_option_types_and_outputs_that_are_inputs_or_weights():
                               [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("y", "x", "w")],
                               [numpy_helper.from_array(np.ones(2, np.float32), "w")])
     x = np.array([-1.0, 2.0], np.float32)
-    y, x_out, w_out = InferenceSession(make_model(graph)).run(None, {"x": x})
-    assert x_out is not x and w_out.flags.writeable
-    x_out[:] = 0
-    assert x.tolist() == [-1.0, 2.0]
+    model = make_model(graph)
+    for session in (InferenceSession(model), ort.InferenceSession(model.SerializeToString(),
+                                                                  providers=["CPUExecutionProvider"])):
+        y, x_out, w_out = session.run(None, {"x": x})
+        # ORT 1.19.2 hands back the caller's own array for a graph input that is also an output (writing to the
+        # output writes to the input); a weight comes back as a fresh, writable copy each run
+        assert np.shares_memory(x_out, x) and x_out.ctypes.data == x.ctypes.data, type(session)
+        w_out[:] = 5
+        assert session.run(["w"], {"x": x})[0].tolist() == [1.0, 1.0], type(session)

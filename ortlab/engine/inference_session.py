@@ -218,8 +218,10 @@ class InferenceSession:
         fetches = self._check_fetches(output_names)
         feeds = self._check_feeds(input_feed)
         frame = self._execute(feeds, fetches, run_options)
-        own = set(self.graph.inputs) | set(self.graph.initializers)  # not the caller's array, not a weight
-        return [np.array(v) if name in own else v for name, v in
+        # a weight comes back as a fresh copy each run; a graph input that is also an output is the caller's own
+        # array, as ORT 1.19.2 returns it (tests/test_engine_hostile.py pins ORT's behaviour)
+        weights = set(self.graph.initializers)
+        return [np.array(v) if name in weights else v for name, v in
                 ((name, self._to_host(frame.fetch(name))) for name in fetches)]
 
     def io_binding(self):
