@@ -352,3 +352,31 @@ def test_a_zero_byte_allocation_replays_and_frees():
     arena = BFCArena()
     addresses = arena.replay([("alloc", 0), ("free", 0), ("alloc", 100), ("free", 2)])
     assert addresses == {} and arena.stats.bytes_in_use == 0 and arena.stats.num_allocs == 1  # freed ones leave
+
+
+def test_a_data_dependent_shape_is_named_and_the_engine_supplies_the_runtime_size():
+    """NonZero's output size depends on the data: no plan can size it before running. allocation_trace()
+    says so, naming the value and where the runtime size comes from; the engine's run has it, and its arena
+    replay agrees with ORT's CPU arena growth for the same run (pattern off)."""
+    from ortlab.engine import InferenceSession, SessionOptions
+
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("NonZero", ["r"], ["nz"]),
+             helper.make_node("Cast", ["nz"], ["c"], to=f), helper.make_node("Neg", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "nonzero", [helper.make_tensor_value_info("x", f, ["n"])],
+                              [helper.make_tensor_value_info("y", f, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = np.linspace(-1, 1, 600_001, dtype=np.float32)
+    with pytest.raises(OrtlabError, match=r"value '\w+' has no shape ORT can resolve before running.*"
+                                          r"last_run\['allocation_trace'\]"):
+        plan(model, {"x": x.shape}).allocation_trace(pattern=False)
+    options = SessionOptions(enable_mem_pattern=False)
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    engine = InferenceSession(model, options)
+    engine.run(None, {"x": x})
+    sizes = [n for op, n in engine.last_run["allocation_trace"] if op == "alloc"]
+    assert 300_000 * 8 in sizes          # NonZero's int64 [1, 300000], known only at run time
+    init, run = ort_first_run(model, {"x": x}, pattern=False)
+    want = [m.group(1) for line in init + run if (m := ARENA_LINE.search(line))]
+    assert engine.arena().lines() == want

@@ -184,8 +184,10 @@ class Plan:
                     continue
                 dims = v.resolved if v.resolved is not None else (concrete_shapes or {}).get(v.name)
                 if dims is None:
-                    raise PlanError(f"value '{v.name}' has no shape ORT can resolve; pass its runtime shape "
-                                    "in concrete_shapes={name: dims}")
+                    raise PlanError(f"value '{v.name}' has no shape ORT can resolve before running; pass its "
+                                    "runtime shape in concrete_shapes={name: dims}, or run the model on "
+                                    "ortlab.engine.InferenceSession, whose last_run['allocation_trace'] (replayed by "
+                                    "session.arena()) holds the sizes the run allocated")
                 elem = element_size(self.graph.node_arg(v.name).type_proto)
                 nbytes = int(np.prod(dims, dtype=np.int64)) * elem
                 if nbytes:
