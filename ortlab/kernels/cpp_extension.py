@@ -18,9 +18,7 @@ flags, torch and Python, so a stale build is never loaded; a cached load takes m
 non-contiguous array, a read-only output, a compiler error) come back as CppExtensionError saying
 what to pass or what to do. ORT's own pybind layer: onnxruntime/python/onnxruntime_pybind_state.cc.
 """
-import contextlib
 import hashlib
-import io
 import os
 import re
 import sys
@@ -31,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
 
 CPP_SOURCE = r"""
@@ -191,9 +190,7 @@ def build_key(source, name=NAME, cflags=CFLAGS):
 def _cpp_extension():
     """torch.utils.cpp_extension, imported without its 'No CUDA runtime is found' note on stderr
     (the CPU machine's torch wheel is a CUDA build with no CUDA runtime)."""
-    with contextlib.redirect_stderr(io.StringIO()):
-        from torch.utils import cpp_extension
-    return cpp_extension
+    return quiet_import("torch.utils.cpp_extension")
 
 
 def build_extension(source, name=NAME, cflags=CFLAGS, verbose=False):
