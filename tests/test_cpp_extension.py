@@ -78,6 +78,19 @@ def test_a_compiler_error_comes_back_trimmed_to_its_first_lines_with_what_to_do(
     assert len(message.splitlines()) <= 10 and "Traceback" not in message
 
 
+def test_a_lock_left_by_a_killed_build_is_removed_and_a_fresh_one_kept(tmp_path):
+    import os
+    import time
+
+    lock = tmp_path / "lock"
+    lock.touch()
+    assert not cpp.remove_stale_lock(tmp_path) and lock.exists()  # a build in progress holds it
+    old = time.time() - cpp.STALE_LOCK_S - 60
+    os.utime(lock, (old, old))
+    assert cpp.remove_stale_lock(tmp_path) and not lock.exists()
+    assert not cpp.remove_stale_lock(tmp_path)
+
+
 def test_first_errors_keeps_the_error_lines_and_drops_ninja_noise():
     log = ("Error building extension 'x': [1/2] c++ -MMD -c main.cpp\nFAILED: main.o\n"
            "main.cpp: In function 'float f()':\nmain.cpp:3:12: error: 'y' was not declared in this scope\n"

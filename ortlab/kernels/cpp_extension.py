@@ -145,6 +145,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 CFLAGS = ("-O3",)  # load_inline compiles with no -O (that is -O0) unless told; no -march: portable results
 NAME = "ortlab_cpp_kernels"
 CACHE_ENV = "ORTLAB_EXTENSIONS_DIR"
+STALE_LOCK_S = 600  # a build lock older than this was left by a killed build
 MS_DOMAIN = "com.microsoft"
 
 
@@ -201,6 +202,7 @@ def build_extension(source, name=NAME, cflags=CFLAGS, verbose=False):
         return _LOADED[key]
     directory = cache_root() / key
     directory.mkdir(parents=True, exist_ok=True)
+    remove_stale_lock(directory)
     compiled = not (directory / f"{key}.so").exists()
     cpp_extension = _cpp_extension()
     start = time.perf_counter()
@@ -209,9 +211,25 @@ def build_extension(source, name=NAME, cflags=CFLAGS, verbose=False):
                                            build_directory=str(directory), verbose=verbose, with_cuda=False)
     except RuntimeError as failure:
         raise CppBuildError(explain_build_failure(str(failure), directory)) from None
+    except ImportError as failure:  # a cached .so that no longer loads (a changed system library)
+        raise CppBuildError(f"the built extension {directory / (key + '.so')} would not load: {failure}. "
+                            f"Delete {directory} and build again.") from None
     result = BuildResult(module, time.perf_counter() - start, compiled, directory)
     _LOADED[key] = result
     return result
+
+
+def remove_stale_lock(directory, age_s=STALE_LOCK_S):
+    """Remove a build folder's `lock` file older than `age_s`: torch's FileBaton waits for ever on a
+    lock that a killed build left behind (a real build holds it for a minute or two). True if removed."""
+    lock = Path(directory) / "lock"
+    try:
+        if time.time() - lock.stat().st_mtime > age_s:
+            lock.unlink()
+            return True
+    except FileNotFoundError:
+        pass
+    return False
 
 
 def build(verbose=False):
