@@ -18,6 +18,13 @@ ortmodule_graph_builder.cc, shapes it); a CPU InferenceSession at ORT_ENABLE_EXT
 transformer disabled (so only the memory optimizer changes the graph) saves the optimized graph; the
 YieldOp is then taken out again (its kernel refuses to run outside ORTModule's partial runs: "This operator
 should not be executed.") so that a plain session runs the graph, and ortlab.memory.plan plans it.
+ortmodule_graphs does the same with the graphs the real ORTModule executes (its "execution_model" dumps,
+without and with ORTMODULE_MEMORY_OPT_LEVEL=1).
+
+    recompute_graphs(name, batch, seq)   RecomputeGraphs: ORT's graphs without / with recompute, the feeds
+    ortmodule_graphs(name, batch, seq)   the same from the real ORTModule's execution graphs
+    recompute_peaks(graphs)              predicted block, lower bound and ORT's block, per graph and order
+    recompute_table(graphs) / plot_recompute_peaks(table)   the recompute nodes; the blocks as bars
 """
 import json
 import re
@@ -312,3 +319,56 @@ def plot_recompute_peaks(table, ax=None, title="memory-pattern block without and
     ax.legend(fontsize=8)
     ax.figure.tight_layout()
     return ax
+
+
+def _aten_executor():
+    """Load ORTModule's ATen executor (torch_cpp_extensions/cpu/aten_op_executor): without it ORT's ATen
+    kernel cannot run outside ORTModule."""
+    from onnxruntime.training.ortmodule.torch_cpp_extensions.cpu.aten_op_executor import \
+        load_aten_op_executor_cpp_extension
+
+    load_aten_op_executor_cpp_extension()
+
+
+def _ortmodule_execution_graph(name, batch, seq, level):
+    """(ORTModule's execution graph with its YieldOp taken out, feeds) for the zoo model trained one step
+    with ORTMODULE_MEMORY_OPT_LEVEL=level; the YieldOp's outputs (the loss gradient) are fed ones."""
+    import numpy as np
+    import torch
+
+    from ortlab import models
+    from ortlab.training import ortmodule
+
+    torch.manual_seed(0)
+    module = models.get(name, dropout=0.0)
+    inputs = module.example_inputs(batch, seq)
+    params = {k: v.detach().numpy().copy() for k, v in module.named_parameters()}
+    run = ortmodule.train(module, [inputs], 1, lr=0.0, MEMORY_OPT_LEVEL=level)
+    if run.fell_back:
+        raise MemoryOptimizerError(f"ORTModule fell back to PyTorch on {name!r}; see run.log")
+    model = run.graphs()["execution_model"]
+    node = _yield_nodes(model)[0]
+    declared = {v.name: v for v in model.graph.value_info}
+    model.graph.node.remove(node)
+    model.graph.input.extend(declared.get(o) or helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT,
+                                                                              None) for o in node.output)
+    exported = run.graphs()["torch_exported"]
+    feeds = dict(zip([i.name for i in exported.graph.input], (t.numpy() for t in inputs)))
+    prefix = "_original_module."
+    feeds.update({i.name: params[i.name[len(prefix):]] for i in model.graph.input
+                  if i.name.startswith(prefix)})
+    feeds.update({o: np.ones((), np.float32) for o in node.output})
+    return model, {k: v for k, v in feeds.items() if k in {i.name for i in model.graph.input}}
+
+
+def ortmodule_graphs(name="gpt", batch=32, seq=16):
+    """RecomputeGraphs of what the real ORTModule executes for the zoo model: its execution graphs
+    (DebugOptions save_onnx's "execution_model": fused ops, ATen, the memory optimizer's work) without
+    ORTMODULE_MEMORY_OPT_LEVEL and with =1, the YieldOp taken out so that a plain session runs them (ORT's
+    ATen kernel needs ORTModule's executor, loaded here). ORTModule itself runs them in its
+    MEMORY_EFFICIENT order with the memory pattern off; recompute_peaks plans them in ORT's default and
+    priority orders, with the pattern ORT then allocates."""
+    without, feeds = _ortmodule_execution_graph(name, batch, seq, 0)
+    with_recompute, _ = _ortmodule_execution_graph(name, batch, seq, 1)
+    _aten_executor()
+    return RecomputeGraphs(without, with_recompute, feeds, plans=["ORTMODULE_MEMORY_OPT_LEVEL=1"])
