@@ -380,3 +380,30 @@ def test_a_data_dependent_shape_is_named_and_the_engine_supplies_the_runtime_siz
     init, run = ort_first_run(model, {"x": x}, pattern=False)
     want = [m.group(1) for line in init + run if (m := ARENA_LINE.search(line))]
     assert engine.arena().lines() == want
+
+
+GROWTH = re.compile(r"Extended allocation by (\d+) bytes")
+
+
+@pytest.mark.parametrize("name, graph, batch", CASES)
+def test_arena_growth_with_the_pattern_off_is_orts(name, graph, batch):
+    """With the memory pattern off ORT allocates tensor by tensor through its arena, still following its
+    allocation plan (in-place and freelist reuse). The engine's run does the same; replayed through BFCArena
+    its allocations grow the arena by ORT's amounts in ORT's order. ORT's session creation makes one small
+    allocation first (its log shows the arena's first 1 MiB region reserved then); the replay starts from
+    there."""
+    from ortlab.engine import InferenceSession, SessionOptions
+
+    model, feeds = model_and_feeds(name, graph, batch)
+    init, run = ort_first_run(model, feeds, pattern=False)
+    assert [int(m.group(1)) for line in init if (m := GROWTH.search(line))] == [MIB]
+    want = [int(m.group(1)) for line in run if (m := GROWTH.search(line))]
+    options = SessionOptions(enable_mem_pattern=False)
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    engine = InferenceSession(model, options)
+    engine.run(None, feeds)
+    arena = BFCArena()
+    arena.alloc(256)                      # session creation's first allocation
+    arena.replay(engine.last_run["allocation_trace"])
+    assert [e.extended_by for e in arena.extensions[1:]] == want
+    assert len(want) >= 1

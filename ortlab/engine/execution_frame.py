@@ -42,7 +42,7 @@ class ExecutionFrame:
     `fetches`: {slot: buffer} pre-placed outputs (ORT: the `fetches` given to ExecutionFrame, an
     IOBinding's bound outputs): a kernel writing that output writes into the buffer."""
 
-    def __init__(self, state, feeds, pattern=None, fetches=None):
+    def __init__(self, state, feeds, pattern=None, fetches=None, reuse=None):
         self.state = state
         self.values = [None] * len(state.value_names)
         self.preplaced = dict(fetches or {})
@@ -57,7 +57,7 @@ class ExecutionFrame:
         for slot, value in feeds.items():  # last, sharing the caller's value, even over a fetch (as ORT)
             self.preplaced.pop(slot, None)
             self.values[slot] = value
-        self.allocations = self.placed = 0
+        self.allocations = self.placed = self.reused = 0   # outputs given a buffer: new or in the block; reused
         self.pattern = pattern
         self.block = pattern.block() if pattern is not None else None
         self.bytes_in_use = self.peak_bytes = pattern.peak_bytes if pattern is not None else 0
@@ -65,10 +65,14 @@ class ExecutionFrame:
         self.trace, self.trace_position = [], {}  # ('alloc', bytes) / ('free', k): what an arena would see
         if pattern is not None and pattern.peak_bytes:
             self.trace.append(("alloc", pattern.peak_bytes))
+        self.reuse = reuse                      # without the pattern: the allocation plan's kReuse (ReusePlan)
+        self.buffers, self.owner = {}, {}       # buffer slot -> its bytes; value slot -> the buffer it lives in
+        self.pending = dict(reuse.holders) if reuse is not None else {}
 
     def allocate(self, slot, shape, dtype, provider):
         """A buffer for value `slot` in `provider`'s memory: its place in the memory-pattern block when
-        it is planned there with this size, else a new one (ORT: AllocateMLValueTensorSelfOwnBuffer)."""
+        it is planned there with this size; without the pattern, the buffer the allocation plan reuses for it
+        (kReuse); else a new one (ORT: AllocateMLValueTensorSelfOwnBuffer)."""
         if any(d < 0 for d in shape):
             raise KernelFailure(f"cannot allocate {self.state.value_names[slot]!r} with shape {shape}")
         if slot in self.preplaced:
@@ -77,10 +81,16 @@ class ExecutionFrame:
         buffer = None
         if self.block is not None and provider.is_cpu_based:
             buffer = self.pattern.place(self.block, name, shape, dtype)
-        if buffer is not None:
-            self.placed += 1
-            self.in_block.add(slot)
-        else:
+            if buffer is not None:
+                self.placed += 1
+                self.in_block.add(slot)
+        elif self.reuse is not None and provider.is_cpu_based:
+            buffer = self._reuse(slot, shape, dtype)   # no new bytes: the planned buffer it lives in
+            if buffer is not None:
+                self.reused += 1
+                self.values[slot] = buffer
+                return buffer
+        if buffer is None:
             if self.pattern is not None and name in self.pattern.placements:
                 self.state.logger.verbose("execution_frame.cc AllocateMLValueTensorSelfOwnBufferHelper",
                                           f"For ort_value with index: {slot}, block in memory pattern size is: "
@@ -88,6 +98,8 @@ class ExecutionFrame:
                                           f"{math.prod(shape) * dtype.itemsize}, fall back to default allocation "
                                           "behavior")
             buffer = provider.allocate(shape, dtype)
+            if self.reuse is not None and isinstance(buffer, np.ndarray):
+                self._own(slot, buffer)
             self.bytes_in_use += math.prod(shape) * dtype.itemsize
             if provider.is_cpu_based:
                 self.trace_position[slot] = len(self.trace)
@@ -96,6 +108,23 @@ class ExecutionFrame:
         self.values[slot] = buffer
         self.allocations += 1
         return buffer
+
+    def _reuse(self, slot, shape, dtype):
+        """The planned kReuse buffer for `slot` viewed as `shape`/`dtype`, or None (not reused, its buffer
+        already freed, or too small)."""
+        origin = self.reuse.origin.get(slot)
+        base = self.buffers.get(origin)
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        if base is None or base.nbytes < nbytes:
+            return None
+        self.owner[slot] = origin
+        return base[:nbytes].view(dtype).reshape(shape)
+
+    def _own(self, slot, buffer):
+        """Record a new buffer allocated for `slot`, which later kReuse values may live in."""
+        self.buffers[slot] = buffer.reshape(-1).view(np.uint8)
+        self.owner[slot] = slot
+        self.pending.setdefault(slot, 1)
 
     def _check_fetch(self, slot, shape, dtype):
         """The pre-placed buffer of output `slot` when it has this shape and dtype (ORT:
@@ -119,10 +148,32 @@ class ExecutionFrame:
         """A value that is not a tensor (a sequence, an absent optional) kept as it is."""
         self.values[slot] = value
 
+    def bytes_freed_by(self, slots):
+        """The bytes releasing `slots` now would give back: a buffer several values live in only when its
+        last one goes; a value in the memory-pattern block never (the block stays whole)."""
+        pending, freed = dict(self.pending), 0
+        for slot in slots:
+            if slot in self.in_block:
+                continue
+            if slot in self.owner:
+                buffer = self.owner[slot]
+                pending[buffer] -= 1
+                freed += self.buffers[buffer].nbytes if pending[buffer] == 0 else 0
+            else:
+                freed += nbytes(self.values[slot])
+        return freed
+
     def release(self, slot):
         """Drop value `slot` after its last use (ORT: ExecutionFrame::ReleaseMLValue)."""
         if slot in self.in_block:
             self.in_block.discard(slot)  # its place in the block stays the block's
+        elif slot in self.owner:         # the buffer goes once every value living in it is released
+            buffer = self.owner.pop(slot)
+            self.pending[buffer] -= 1
+            if self.pending[buffer] == 0:
+                self.bytes_in_use -= self.buffers.pop(buffer).nbytes
+                if buffer in self.trace_position:
+                    self.trace.append(("free", self.trace_position.pop(buffer)))
         else:
             self.bytes_in_use -= nbytes(self.values[slot])
             if slot in self.trace_position:

@@ -245,8 +245,9 @@ class InferenceSession:
     def _execute(self, feeds, fetches, run_options, preplaced=None):
         """Fill a frame with the feeds (and pre-placed fetches), run the plan, record last_run; the frame."""
         start = time.perf_counter()
-        pattern = self._memory_pattern(feeds)
-        frame = ExecutionFrame(self.state, feeds, pattern, preplaced)
+        found = self._memory_pattern(feeds)
+        pattern, reuse = (found, None) if self.options.enable_mem_pattern else (None, found)
+        frame = ExecutionFrame(self.state, feeds, pattern, preplaced, reuse)
         steps = needed_steps(self.state, fetches) if run_options.only_execute_path_to_fetches else self.state.steps
         self.executor.execute(frame, steps, run_options)
         names = self.state.value_names
@@ -275,17 +276,16 @@ class InferenceSession:
         return arena
 
     def _memory_pattern(self, feeds):
-        """The cached MemoryPattern for these feed shapes (planned on first use), or None when
-        enable_mem_pattern is off or the graph cannot be planned statically (then logged)."""
-        if not self.options.enable_mem_pattern:
-            return None
-        key = tuple(sorted((slot, np.shape(v)) for slot, v in feeds.items()))
+        """For these feed shapes (planned on first use, cached): the MemoryPattern, or with enable_mem_pattern
+        off the allocation plan's ReusePlan; None when the graph cannot be planned statically (then logged)."""
+        key = (self.options.enable_mem_pattern, tuple(sorted((slot, np.shape(v)) for slot, v in feeds.items())))
         if key not in self._patterns:
-            from ortlab.engine.memory_pattern import pattern_for
+            from ortlab.engine.memory_pattern import pattern_for, reuse_for
 
-            found, why = pattern_for(self, feeds)
+            found, why = (pattern_for if self.options.enable_mem_pattern else reuse_for)(self, feeds)
             if found is None:
-                self.log.info("session_state.cc GetMemoryPatternGroup", f"memory pattern not used: {why}")
+                what = "memory pattern" if self.options.enable_mem_pattern else "allocation plan's reuse"
+                self.log.info("session_state.cc GetMemoryPatternGroup", f"{what} not used: {why}")
             self._patterns[key] = found
         return self._patterns[key]
 

@@ -63,11 +63,46 @@ def _declarations(state):
     return declare
 
 
+class ReusePlan:
+    """Without the memory pattern ORT still follows its allocation plan: a kReuse value is written into the
+    buffer of the value it reuses (in place, or a freed buffer from the freelist), and a buffer is freed once
+    every value living in it has been released (ORT: ExecutionFrame's AllocateAsPerAllocationPlan with
+    kReuse, and the plan's release actions after the last reader of any of them)."""
+
+    def __init__(self, plan, state):
+        index_of = state.index_of
+        self.origin = {}                     # slot -> slot of the buffer it lives in
+        by_name = {v.name: v for v in plan.values}
+        for v in plan.values:
+            if v.kind == "kReuse" and v.name in index_of:
+                origin = v
+                while origin.reuses is not None:
+                    origin = by_name[origin.reuses]
+                self.origin[index_of[v.name]] = index_of[origin.name]
+        released = {slot for step in state.steps for slot in step.releases}
+        self.holders = {}                    # buffer slot -> how many of its values the run will release
+        for slot in released:
+            buffer = self.origin.get(slot, slot)
+            self.holders[buffer] = self.holders.get(buffer, 0) + 1
+
+
+def reuse_for(session, feeds):
+    """(ReusePlan or None, why not): the allocation plan's reuse for a run without the memory pattern."""
+    found, why = _plan(session, feeds)
+    return (ReusePlan(found, session.state), "") if found is not None else (None, why)
+
+
 def pattern_for(session, feeds):
     """(MemoryPattern or None, why not) for a session's graph fed arrays of these shapes."""
+    found, why = _plan(session, feeds)
+    return (MemoryPattern(found), "") if found is not None else (None, why)
+
+
+def _plan(session, feeds):
+    """(ortlab.memory Plan in the session's own order, or None, why not)."""
     state = session.state
     if not all(p.is_cpu_based for p in state.providers.values()):
-        return None, "a device EP holds tensors: the pattern covers host memory only here"
+        return None, "a device EP holds tensors: the plan covers host memory only here"
     from ortlab.memory import plan, session_graph, validate
 
     shapes = {state.value_names[slot]: tuple(np.shape(v)) for slot, v in feeds.items()}
@@ -83,4 +118,4 @@ def pattern_for(session, feeds):
     theirs = [n.output_names for n in found.order]
     if ours != theirs:
         return None, "the planner's execution order differs from the session's"
-    return MemoryPattern(found), ""
+    return found, ""

@@ -155,10 +155,11 @@ class TraceStep:
     filled: tuple        # value indices holding a value
     bytes_in_use: int    # bytes the frame had allocated (feeds and initializers not counted, as ORT)
     values: list = field(repr=False, default_factory=list)  # the frame's values (references, not copies)
+    freed: int = 0       # bytes the step's releases give back (a shared buffer only with its last value)
 
     @property
     def bytes_after_release(self):
-        return self.bytes_in_use - sum(nbytes(self.values[s]) for s in self.step.releases)
+        return self.bytes_in_use - self.freed
 
 
 @dataclass
@@ -225,7 +226,7 @@ class _Watcher:
         self.frame = frame
         values = list(frame.values)
         self.steps.append(TraceStep(len(self.steps), step, tuple(i for i, v in enumerate(values) if v is not None),
-                                    frame.bytes_in_use, values))
+                                    frame.bytes_in_use, values, frame.bytes_freed_by(step.releases)))
         if self.inner:
             self.inner.node_event(step, frame, start, end)
 
