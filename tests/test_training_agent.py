@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ortlab import models
-from ortlab.training.training_agent import (ModuleTrainingAgent, TrainingAgentError, build_graphs,
+from ortlab.training.training_agent import (ModuleTrainingAgent, TrainingAgentError, _ortvalues, build_graphs,
                                             session_options, torch_gradients)
 
 
@@ -111,3 +111,26 @@ def test_with_orts_default_memory_pattern_backward_overwrites_the_forward_output
         torch.testing.assert_close(run.outputs[0], expected)  # right after forward: the loss
         agent.backward(run)
         assert torch.equal(run.outputs[0], expected) != pattern  # after backward: overwritten in the block
+
+
+def test_wrong_arguments_are_explained_before_they_reach_a_kernel():
+    """TrainingAgent.run_forward checks no feed: ORT 1.19.2 fails inside the first kernel on a float64 input
+    ("Tensor type mismatch"). ortlab checks dtype and rank first and names the input."""
+    import onnxruntime.capi._pybind_state as C
+
+    module = models.get("mlp")
+    x = module.example_inputs()[0]
+    agent = ModuleTrainingAgent(module, x)
+    state, fetches = C.PartialGraphExecutionState(), C.OrtValueVector()
+    feeds = agent._feeds((x,))
+    feeds[0] = feeds[0].double()
+    with pytest.raises(RuntimeError, match="Tensor type mismatch"):   # ORT's own behaviour, pinned
+        agent.agent.run_forward(_ortvalues(feeds), fetches, state, None)
+    for args, words in (((x.double(),), "is torch.float64, the graph takes float32"),
+                        ((x[0],), "the graph takes rank 2"), (("x",), "not str"), ((), "no value for graph input")):
+        with pytest.raises(TrainingAgentError, match=words):
+            agent.forward(*args)
+    with pytest.raises(TrainingAgentError, match="takes a torch.nn.Module"):
+        ModuleTrainingAgent("mlp", x)
+    with pytest.raises(TrainingAgentError, match="takes an onnx.ModelProto"):
+        build_graphs(b"not a model", ["w"])

@@ -80,6 +80,9 @@ def build_graphs(model, names_to_train, input_names_require_grad=()):
     """Build the forward and training graphs of `model` (its parameters are graph inputs) with ORT's
     OrtModuleGraphBuilder; returns AgentGraphs."""
     C = _capi()
+    if not isinstance(model, onnx.ModelProto):
+        raise TrainingAgentError(f"build_graphs takes an onnx.ModelProto (parameters as graph inputs, as "
+                                 f"ORTModule exports them), not {type(model).__name__}")
     inputs = [i.name for i in model.graph.input]
     unknown = sorted(set(names_to_train) - set(inputs))
     if unknown:
@@ -147,6 +150,8 @@ class ModuleTrainingAgent:
 
     def __init__(self, module, *example_args, providers=("CPUExecutionProvider",), sess_options=None):
         C, ort = _capi(), quiet_import("onnxruntime")
+        if not isinstance(module, torch.nn.Module):
+            raise TrainingAgentError(f"ModuleTrainingAgent takes a torch.nn.Module, not {type(module).__name__}")
         self.module = module
         flat = flatten_inputs(example_args, {}, training=module.training)
         self.exported, _ = GraphTransitionManager(module).use_cache_or_reconstruct(flat)
@@ -170,6 +175,10 @@ class ModuleTrainingAgent:
         self.gradient_of = grad_of  # {graph output name: the input it is the gradient of}
 
     def _feeds(self, args):
+        bad = [type(a).__name__ for a in args if not isinstance(a, (torch.Tensor, list, tuple, dict))]
+        if bad:
+            raise TrainingAgentError(f"forward takes the module's arguments (torch tensors, or lists, tuples and "
+                                     f"dicts of them), not {bad[0]}")
         flat = flatten_inputs(args, {}, training=self.module.training)
         by_name = dict(zip(self.exported.input_names, flat.tensors))
         state = dict(self.module.named_parameters())
@@ -180,7 +189,28 @@ class ModuleTrainingAgent:
         if missing:
             raise TrainingAgentError(f"no value for graph input(s) {missing}; call forward with the "
                                      "arguments the agent was built with")
-        return [feeds[n] for n in names]
+        values = [feeds[n] for n in names]
+        self._check_types(names, values)
+        return values
+
+    def _check_types(self, names, values):
+        """Every feed a tensor of the graph input's element type and rank: TrainingAgent.run_forward checks
+        neither (a float64 tensor reaches the first kernel and fails inside it, "Tensor type mismatch")."""
+        from onnx import helper
+
+        declared = {i.name: i.type.tensor_type for i in self.graphs.training_model.graph.input}
+        for name, value in zip(names, values):
+            if not isinstance(value, torch.Tensor):
+                raise TrainingAgentError(f"input {name!r} is a {type(value).__name__}; pass a torch tensor, as to "
+                                         "the module")
+            want = helper.tensor_dtype_to_np_dtype(declared[name].elem_type)
+            have = torch.empty((), dtype=value.dtype).numpy().dtype
+            if have != want:
+                raise TrainingAgentError(f"input {name!r} is {value.dtype}, the graph takes {want}: pass "
+                                         f"the dtype the agent was built with (e.g. tensor.to(torch.{want}))")
+            rank = len(declared[name].shape.dim)
+            if declared[name].HasField("shape") and value.dim() != rank:
+                raise TrainingAgentError(f"input {name!r} has shape {list(value.shape)}, the graph takes rank {rank}")
 
     def forward(self, *args):
         """TrainingAgent.run_forward: the module's outputs (torch tensors) and the state to resume."""
