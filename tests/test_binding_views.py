@@ -47,6 +47,21 @@ def test_data_ptr_reads_each_kind_of_buffer():
             bv.data_ptr(bad)
 
 
+def test_as_numpy_is_a_view_of_ort_and_ortlab_outputs():
+    x = batch()
+    for sess in (bv.ort_session(), ortlab_session()):
+        binding = sess.io_binding()
+        binding.bind_cpu_input("X", x)
+        binding.bind_output("Y")
+        sess.run_with_iobinding(binding)
+        out = binding.get_outputs()[0]
+        view = bv.as_numpy(out)
+        assert bv.data_ptr(view) == bv.data_ptr(out)
+        np.testing.assert_allclose(view, bv.mlp_reference(x)[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(OrtlabError, match="as_numpy"):
+        bv.as_numpy([1.0])
+
+
 def test_pointer_table_says_what_ort_shares_and_what_it_copies():
     x = batch()
     table = bv.pointer_table({"wrapped": (x, ort.OrtValue.ortvalue_from_numpy(x)),
@@ -128,6 +143,32 @@ def test_a_refused_ortvalue_bind_breaks_the_next_binds_until_cleared(outcomes):
         assert o.lines[4] == "after clear_binding_inputs(): bind X accepted"
     want = bv.mlp_reference(np.ones((4, 8), np.float32))[0][0, :2]
     np.testing.assert_allclose(want, [3.5, 3.625])  # the line above is the maths
+
+
+def test_an_ort_output_kept_across_a_clear_dangles(outcomes):
+    """pybind returns IOBinding::GetOutputs() by reference (reference_internal): each OrtValue from
+    get_outputs() is a view of the binding's slot, destroyed by ClearOutputs()."""
+    runs = [o for o in outcomes if o.bug == "output kept across a clear"]
+    assert [o.ending for o in runs] == ["killed by SIGSEGV"] * 2
+    assert all(o.lines == ["outputs cleared; reading the OrtValue kept from get_outputs()"] for o in runs)
+
+
+def test_an_ort_output_kept_across_clear_and_rerun_shows_the_new_run():
+    """The same slot refilled: the kept OrtValue reads the new result; its numpy view, taken before the
+    clear, still holds the old one (the view holds the tensor)."""
+    sess, x = bv.ort_session(), batch()
+    binding = sess.io_binding()
+    binding.bind_cpu_input("X", x)
+    binding.bind_output("Y")
+    sess.run_with_iobinding(binding)
+    kept = binding.get_outputs()[0]
+    view = bv.as_numpy(kept)
+    binding.clear_binding_outputs()
+    binding.bind_output("Y")
+    x *= -1
+    sess.run_with_iobinding(binding)
+    np.testing.assert_allclose(bv.as_numpy(kept), bv.mlp_reference(x)[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(view, bv.mlp_reference(-x)[0], rtol=1e-5, atol=1e-5)
 
 
 def test_a_refused_bind_cpu_input_leaves_ort_binding_usable(outcomes):

@@ -17,6 +17,7 @@ What it reads about in ORT 1.19.2:
     relu_model()                X[N] -> Relu -> Y, for timing over sizes
     ort_session(model)          ORT 1.19.2 on the CPU, graph optimizations off
     data_ptr(value)             the address of numpy / OrtValue / C.OrtValue / torch data
+    as_numpy(value)             a numpy view of an output from ORT (an OrtValue) or ortlab (an array)
     pointer_table(claims)       one row per claim: the two buffers compared, same memory or not
     frame_table(sess, callers)  ortlab's last run: each feed and fetch, its role in the frame, caller's?
     probe_ort_bugs(times)       ORT's IOBinding bugs, each run `times` times in a forked process
@@ -98,6 +99,16 @@ def data_ptr(value):
                            "an OrtValue or a torch tensor")
 
 
+def as_numpy(value):
+    """A numpy view (no copy) of a host output: ORT's get_outputs() gives OrtValues, ortlab's arrays."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "numpy") and hasattr(value, "device_name") and value.device_name().lower() == "cpu":
+        return value.numpy()  # on the CPU, a view of the OrtValue's buffer (the same data pointer)
+    raise BindingViewError(f"as_numpy: takes a numpy array or an OrtValue on the CPU, not "
+                           f"{type(value).__name__}; copy a device value with copy_outputs_to_cpu()")
+
+
 def pointer_table(claims):
     """A Table, one row per claim {text: (a, b)}: whether a and b start at the same address. Addresses
     differ from machine to machine, so only the comparison is shown."""
@@ -164,6 +175,17 @@ print("the run works, Y[0, :2] =", binding.copy_outputs_to_cpu()[0][0, :2].round
 binding.clear_binding_inputs()
 binding.bind_cpu_input("X", x)
 print("after clear_binding_inputs(): bind X accepted", flush=True)
+''',
+    "output kept across a clear": '''\
+sess = ort.InferenceSession(MODEL, providers=["CPUExecutionProvider"])
+binding = sess.io_binding()
+binding.bind_cpu_input("X", np.ones((4, 8), np.float32))
+binding.bind_output("Y")
+sess.run_with_iobinding(binding)
+kept = binding.get_outputs()[0]  # a view of the binding's output slot, not a reference of its own
+binding.clear_binding_outputs()
+print("outputs cleared; reading the OrtValue kept from get_outputs()", flush=True)
+print("Y[0, :2] =", kept.numpy()[0, :2].round(3).tolist(), flush=True)
 ''',
     "bind_cpu_input refused": '''\
 sess = ort.InferenceSession(MODEL, providers=["CPUExecutionProvider"])
