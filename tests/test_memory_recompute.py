@@ -138,6 +138,12 @@ def test_errors_say_what_to_give():
         mo.recompute_graphs("gpt", 4, 16, plans=["Gelu+:1:-1"])
     with pytest.raises(mo.MemoryOptimizerError, match="RecomputeGraphs"):
         mo.recompute_peaks(training)
+    with pytest.raises(mo.MemoryOptimizerError, match="batch must be an int >= 1"):
+        mo.recompute_graphs("gpt", -1)
+    with pytest.raises(mo.MemoryOptimizerError, match="plans must be 'all' or a list"):
+        mo.recompute_graphs("gpt", 4, 16, plans="bogus")
+    with pytest.raises(mo.MemoryOptimizerError, match="takes an onnx.ModelProto"):
+        mo.opportunities(3)
 
 
 @pytest.mark.xfail(strict=True, reason="the planner gap above, in its smallest form: ORT 1.19.2 asks for "

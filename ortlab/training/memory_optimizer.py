@@ -151,6 +151,9 @@ def opportunities(model, probe=PROBE):
     (get_serialized_ortmodule_memory_stat, what ORTModule's memory table prints), and ORT's text table."""
     from onnxruntime.capi import _pybind_state as C
 
+    if not isinstance(model, onnx.ModelProto):
+        raise MemoryOptimizerError(f"opportunities takes an onnx.ModelProto with a YieldOp (with_yield_op), "
+                                   f"not {type(model).__name__}")
     sess = _session(model, _session_options("", probe))
     device = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
     node = _yield_nodes(model)[0]
@@ -226,6 +229,12 @@ def recompute_graphs(name="gpt", batch=32, seq=16, plans="all", builder="ortlab"
     plans='all' takes every plan ORT's probe proposes, as ORTMODULE_MEMORY_OPT_LEVEL=1 does."""
     from ortlab.memory.views import training_step
 
+    for what, value in (("batch", batch), ("seq", seq)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise MemoryOptimizerError(f"{what} must be an int >= 1, not {value!r}")
+    if plans != "all" and (isinstance(plans, str) or not all(isinstance(p, str) for p in plans)):
+        raise MemoryOptimizerError(f"plans must be 'all' or a list of ORT's plan names (\"<subgraph>:1:-1\"), "
+                                   f"not {plans!r}")
     training, feeds = training_step(name, batch, seq, builder)
     grads = [n for n in feeds if n.endswith("_grad_output")]
     yielded = with_yield_op(training, grads)
