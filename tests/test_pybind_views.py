@@ -217,3 +217,10 @@ def test_plot_gelu_grad_times_draws_three_curves(monkeypatch):
     plt.close("all")
     with pytest.raises(pbv.PybindViewError, match="no timing rows"):
         pbv.plot_gelu_grad_times([])
+
+
+def test_text_collapses_a_call_repeated_right_after_itself_and_cuts_at_a_depth():
+    g = pbv.Call("pybind", "C.g", 1)
+    trace = pbv.CapiTrace([pbv.Call("python", "f", 0), g, g, pbv.Call("pybind", "C.h", 1), g])
+    assert trace.text() == "f\n    C.g  (x2)\n    C.h\n    C.g"
+    assert trace.text(collapse=False).count("C.g") == 3 and trace.text(max_depth=0) == "f"

@@ -99,9 +99,18 @@ class CapiTrace:
         """The qualified names, in call order ('python' or 'pybind' ones only when `kind` is given)."""
         return [c.name for c in self.calls if kind is None or c.kind == kind]
 
-    def text(self, max_depth=None):
-        """The calls as an indented tree (one line per call, repeats kept)."""
-        return "\n".join(str(c) for c in self.calls if max_depth is None or c.depth <= max_depth)
+    def text(self, max_depth=None, collapse=True):
+        """The calls as an indented tree, one line per call; with `collapse`, a call repeated right after
+        itself is one line ending in '(xN)'."""
+        shown = [c for c in self.calls if max_depth is None or c.depth <= max_depth]
+        lines, count = [], 0
+        for index, call in enumerate(shown):
+            count += 1
+            if collapse and index + 1 < len(shown) and shown[index + 1] == call:
+                continue
+            lines.append(str(call) + (f"  (x{count})" if count > 1 else ""))
+            count = 0
+        return "\n".join(lines)
 
     def __repr__(self):
         return self.text()
