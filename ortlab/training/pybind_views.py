@@ -361,19 +361,20 @@ FAILURE_FILE = "failure.txt"
 
 @dataclass(frozen=True)
 class BuildFailure:
-    """A failed build's message (CppBuildError's, the cache folder written <cache>), how long it took
-    and whether it was read from the cache rather than compiled now."""
+    """A failed build's message (CppBuildError's, the cache folder written <cache>, the build's hash
+    <hash>), how long it took and whether it was read from the cache rather than compiled now."""
 
     message: str
     seconds: float
     cached: bool
 
 
-def _portable(message, root):
-    """The message without this machine's cache folder and with the compiler's locale quotes as '."""
+def _portable(message, root, key):
+    """The message without this machine's cache folder and build hash (it depends on the Python build),
+    and with the compiler's locale quotes as '."""
     for quote in ("\u2018", "\u2019"):
         message = message.replace(quote, "'")
-    return message.replace(str(root), "<cache>")
+    return message.replace(str(root), "<cache>").replace(key, f"{BROKEN_NAME}_<hash>")
 
 
 def build_failure(source=BROKEN_SOURCE, fresh=False):
@@ -382,15 +383,15 @@ def build_failure(source=BROKEN_SOURCE, fresh=False):
     message is kept in the build folder and read back next time, unless `fresh`."""
     from ortlab.kernels import cpp_extension as cpp
 
-    root = cpp.cache_root()
-    kept = root / cpp.build_key(source, BROKEN_NAME) / FAILURE_FILE
+    root, key = cpp.cache_root(), cpp.build_key(source, BROKEN_NAME)
+    kept = root / key / FAILURE_FILE
     start = time.perf_counter()
     if kept.exists() and not fresh:
-        return BuildFailure(kept.read_text(), time.perf_counter() - start, True)
+        return BuildFailure(_portable(kept.read_text(), root, key), time.perf_counter() - start, True)
     try:
         cpp.build_extension(source, name=BROKEN_NAME)
     except cpp.CppBuildError as failure:
-        message = _portable(str(failure), root)
+        message = _portable(str(failure), root, key)
     else:
         raise PybindViewError("the source built: build_failure needs a source that does not compile")
     kept.parent.mkdir(parents=True, exist_ok=True)
