@@ -34,6 +34,16 @@ def test_the_models_run_in_ort_as_the_maths_says():
     np.testing.assert_array_equal(bv.ort_session(bv.relu_model()).run(None, {"X": v})[0], np.maximum(v, 0))
 
 
+def test_ort_session_raises_without_logging_the_error(capfd):
+    sess = bv.ort_session()
+    binding = sess.io_binding()
+    binding.bind_output("Y")
+    with pytest.raises(RuntimeError, match="Missing Input: X"):
+        sess.run_with_iobinding(binding)
+    assert "E:onnxruntime" not in capfd.readouterr().err
+    assert sess.get_session_options().log_severity_level == 4
+
+
 def test_data_ptr_reads_each_kind_of_buffer():
     torch = pytest.importorskip("torch")
     x = batch()

@@ -75,14 +75,17 @@ def mlp_reference(x):
     return np.maximum(t, 0), -t
 
 
-def ort_session(model=None, threads=1):
-    """An onnxruntime.InferenceSession on the CPU with graph optimizations off (the graph as written)."""
+def ort_session(model=None, threads=1, log_severity=4):
+    """An onnxruntime.InferenceSession on the CPU with graph optimizations off (the graph as written).
+    log_severity=4 (FATAL only): a failing run raises its message anyway, while ORT's own ERROR line would
+    go to the process's stderr with a timestamp."""
     from ortlab.env import quiet_import
 
     ort = quiet_import("onnxruntime")
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = threads
+    options.log_severity_level = log_severity
     model = mlp_model() if model is None else model
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
