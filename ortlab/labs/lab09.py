@@ -18,7 +18,7 @@ from ortlab.memory import views
 from ortlab.memory.allocation_planner import K_REUSE
 from ortlab.memory.mem_pattern_planner import MemPatternPlanner
 from ortlab.memory.planners import Placement
-from ortlab.memory.validator import PlanValidationError, validate
+from ortlab.memory.validator import PlanValidationError
 from ortlab.viz import Table
 
 Lifetime = namedtuple("Lifetime", "defined_at last_use size")
