@@ -31,7 +31,16 @@ fi
 stamp_dir=$env_dir/.ortlab
 mkdir -p "$stamp_dir"
 deps_key=$(cat pyproject.toml | sha256sum | cut -c1-16)-$flavour
+# what ORTModule's C++ extensions are compiled against; they are rebuilt only when it changes
+build_key() {
+    "$py" - 2>/dev/null <<'PY' || echo none
+from importlib.metadata import distributions
+print(sorted(f"{d.metadata['Name']}=={d.version}" for d in distributions()
+             if d.metadata["Name"].lower() == "torch" or d.metadata["Name"].lower().startswith("onnxruntime")))
+PY
+}
 if [ "$(cat "$stamp_dir/deps" 2>/dev/null)" != "$deps_key" ]; then
+    before=$(build_key)
     if [ "$flavour" = existing ]; then
         say "installing ortlab (no dependencies) into $env_dir"
         pip_install --no-deps -e .
@@ -49,7 +58,7 @@ if len(ort) != 1 or not ort[0].startswith("onnxruntime-training"):
                      "uninstall the others (they all provide the module `onnxruntime`)")
 PY
     echo "$deps_key" > "$stamp_dir/deps"
-    rm -f "$stamp_dir/extensions"
+    [ "$(build_key)" = "$before" ] || rm -f "$stamp_dir/extensions"
 fi
 
 if [ ! -f "$stamp_dir/extensions" ]; then
