@@ -407,3 +407,53 @@ def test_arena_growth_with_the_pattern_off_is_orts(name, graph, batch):
     arena.replay(engine.last_run["allocation_trace"])
     assert [e.extended_by for e in arena.extensions[1:]] == want
     assert len(want) >= 1
+
+
+# --- outputs no node reads (allocation_planner.unread_outputs) ----------------------------------------
+def _unread_model(nodes, outputs):
+    """x: float [n, 256]; Dropout ratio 0 in training mode; `outputs`: (name, elem type) graph outputs."""
+    f, b = TensorProto.FLOAT, TensorProto.BOOL
+    graph = helper.make_graph(nodes, "unread", [helper.make_tensor_value_info("x", f, ["n", 256])],
+                              [helper.make_tensor_value_info(o, t, None) for o, t in outputs],
+                              [helper.make_tensor("ratio", f, [], [0.0]),
+                               helper.make_tensor("training", b, [], [True]),
+                               helper.make_tensor("zero", f, [], [0.0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _dropout(x, y, mask):
+    return helper.make_node("Dropout", [x, "ratio", "training"], [y, mask])
+
+
+UNREAD_X = {"x": np.zeros((4096, 256), np.float32)}   # 4 MiB float, 1 MiB bool per [n, 256] value
+
+
+@pytest.mark.parametrize("nodes, outputs, unread", [
+    ([_dropout("x", "y0", "m0"), _dropout("y0", "y1", "m1")], [("y1", TensorProto.FLOAT)], "m1"),
+    ([helper.make_node("Neg", ["x"], ["a0"]), helper.make_node("Neg", ["x"], ["a1"]),
+      helper.make_node("Neg", ["x"], ["z"])], [("z", TensorProto.FLOAT)], "a1"),
+], ids=["two-dropout-masks", "two-neg-outputs"])
+def test_an_output_no_node_reads_takes_no_freed_buffer(nodes, outputs, unread):
+    """An output no node reads gets a buffer of its own although a freed one of its size waits on the
+    freelist (the first unread output's): ORT's block counts both, in both orders."""
+    model = _unread_model(nodes, outputs)
+    for order in ("default", "priority"):
+        want, _ = ort_block_and_unresolved(model, UNREAD_X, order, True)
+        got = plan(model, UNREAD_X, order=order)
+        assert got.peak_bytes == want, order
+        assert got.value(unread).kind == K_ALLOCATE
+        validate(got)
+
+
+def test_a_read_output_takes_the_buffer_an_unread_output_freed():
+    """The rule is about the output asking, not the buffer: a mask nobody reads is freed at once, and the
+    next bool value of its shape, which a node reads, lives in that buffer (ORT's block: y0 and one mask)."""
+    model = _unread_model([_dropout("x", "y0", "m0"), helper.make_node("Greater", ["y0", "zero"], ["b"]),
+                           helper.make_node("Not", ["b"], ["c"])], [("c", TensorProto.BOOL)])
+    for order in ("default", "priority"):
+        want, _ = ort_block_and_unresolved(model, UNREAD_X, order, True)
+        got = plan(model, UNREAD_X, order=order)
+        assert got.peak_bytes == want, order
+        assert (got.value("b").kind, got.value("b").reuses) == (K_REUSE, "m0")

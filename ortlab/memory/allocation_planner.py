@@ -7,11 +7,12 @@ initializer, reader, output slot and graph output), ComputeSingleStreamReusePlan
 program order: graph output -> kAllocateOutput; FindReusableInput: the kernel's Alias, VariadicAlias,
 then MayInplace only at the input's last use and with the same size; else FindReusableTensor: the
 freelist, most recently freed first, same location, same element size and same (symbolic) shape, not
-the same byte count; else kAllocate; then the use counts of the buffers behind the node's inputs and
-outputs drop and a buffer reaching 0 is pushed to the front of the freelist), GenerateDeallocationPlan
-(a kAllocate buffer is released after the last node reading any value that lives in it) and, in
-training builds like this wheel, CalculateProgramCounter (each kAllocate buffer's [start, end]
-interval over node_execution_order_in_training; no reader: lives to the end). The kinds are
+the same byte count, never for an output no node reads (unread_outputs); else kAllocate; then the use
+counts of the buffers behind the node's inputs and outputs drop and a buffer reaching 0 is pushed to
+the front of the freelist), GenerateDeallocationPlan (a kAllocate buffer is released after the last
+node reading any value that lives in it) and, in training builds like this wheel,
+CalculateProgramCounter (each kAllocate buffer's [start, end] interval over
+node_execution_order_in_training; no reader: lives to the end). The kinds are
 onnxruntime/core/framework/alloc_kind.h's.
 """
 from dataclasses import dataclass, field
@@ -125,6 +126,7 @@ class PlannerImpl:
         self.freelist = []                      # front = most recently freed
         self.freelist_picks = []
         self.keys = {}
+        self.unread = self.unread_outputs()
 
     # --- helpers ------------------------------------------------------------------------------------
     def _type(self, name):
@@ -146,6 +148,19 @@ class PlannerImpl:
         self.use_count[original] += self.use_count[reused_for]
         plan = self.values[reused_for]
         plan.kind, plan.reused_buffer = kind, original
+
+    def unread_outputs(self):
+        """Node outputs that no node reads and that are not graph outputs (use count 1: the output slot).
+
+        ORT 1.19.2 gives each of these a buffer of its own: measured, not read in its source. The stored
+        allocation_planner.cc (PlannerImpl::ComputeSingleStreamReusePlan -> FindReusableTensor) would let
+        such an output take a freed buffer, yet ORT's first arena request shows it does not (two chained
+        Dropouts whose masks nobody reads: 6 MiB, not 5; two unread Neg outputs: two blocks), while a read
+        output does take the buffer an unread one freed (tests/test_memory.py, the unread-output tests)."""
+        read = {a.name for n in self.order for a in n.inputs if a.exists()}
+        outputs = set(self.graph.outputs)
+        return {a.name for n in self.order for a in n.outputs
+                if a.exists() and a.name not in read and a.name not in outputs}
 
     # --- steps --------------------------------------------------------------------------------------
     def graph_inputs(self):
@@ -238,7 +253,7 @@ class PlannerImpl:
                     plan.inplace = True
                 elif not tensor:
                     plan.kind = K_ALLOCATE
-                elif (reused := self.find_reusable_tensor(arg)) is not None:
+                elif arg.name not in self.unread and (reused := self.find_reusable_tensor(arg)) is not None:
                     self._reuse(reused, current)
                     self.freelist_picks.append((pc, current, reused))
                 else:
