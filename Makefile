@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make lab    set up (first time: a few minutes) and open JupyterLab at notebooks/00_welcome.ipynb
 #   make test   set up if needed and run the whole test suite (unit tests, nbval, lab checks)
+# Also: make tensorboard   serve TensorBoard on 127.0.0.1:6006 over runs/ (LOGDIR=..., TB_PORT=...)
 # With the conda environment of environment.yml active: ORTLAB_USE_ACTIVE_ENV=1 make test
 VENV ?= .venv
 export ORTLAB_VENV := $(VENV)
@@ -10,12 +11,17 @@ else
 PY := $(VENV)/bin/python
 endif
 
-.PHONY: setup lab test test-portable labs execute
+.PHONY: setup lab test test-portable labs execute tensorboard
 setup:
 	@bash tools/setup.sh
 
 lab:
 	@bash tools/lab.sh
+
+LOGDIR ?= runs
+TB_PORT ?= 6006
+tensorboard:
+	@ORTLAB_TB_PORT=$(TB_PORT) bash tools/tensorboard.sh $(LOGDIR)
 
 test: setup
 	$(PY) -m pytest

@@ -84,7 +84,7 @@ def train_step(model, batch, optimizer, loss_fn=None, clip_norm=None, loss_scale
 
 
 def train(model, batches, optimizer, steps, loss_fn=None, clip_norm=None, loss_scale=1.0,
-          progress=True, desc="train", on_step=None, skip_non_finite=True):
+          progress=True, desc="train", on_step=None, skip_non_finite=True, log_dir=None):
     """Train for `steps` steps of train_step and return a History.
 
     batches: a list of input tuples (cycled) or a function step -> tuple. Without loss_fn the
@@ -93,11 +93,16 @@ def train(model, batches, optimizer, steps, loss_fn=None, clip_norm=None, loss_s
     loss_scale multiplies the loss before backward and divides the gradients after, skipping
     the update when a gradient is not finite (skip_non_finite=False steps anyway, as a plain
     loop does). on_step(step, history) is called after each step is recorded (to print, to
-    change the learning rate, to look at the gradients).
+    change the learning rate, to look at the gradients). log_dir: a run folder (e.g. runs/lab08)
+    where each step's loss, lr and norm are also written for TensorBoard (tensorboard.py).
     """
     if steps < 1 or (not callable(batches) and not len(batches)):
         raise TrainingError("need steps >= 1 and at least one batch")
     history = History()
+    writer = None
+    if log_dir is not None:
+        from ortlab.training import tensorboard
+        writer = tensorboard.open_writer(log_dir)
     bar = tqdm(range(steps), desc=desc, disable=not progress, leave=True)
     for step in bar:
         start = time.perf_counter()
@@ -109,9 +114,13 @@ def train(model, batches, optimizer, steps, loss_fn=None, clip_norm=None, loss_s
         history.losses.append(loss.item())
         history.grad_norms.append(norm)
         bar.set_postfix(loss=f"{history.losses[-1]:.4f}", refresh=False)
+        if writer is not None:
+            tensorboard.log_step(writer, step, history, optimizer)
         if on_step is not None:
             on_step(step, history)
     bar.close()
+    if writer is not None:
+        writer.close()
     return history
 
 
