@@ -65,6 +65,7 @@ class ExecutionFrame:
         self.trace, self.trace_position = [], {}  # ('alloc', bytes) / ('free', k): what an arena would see
         if pattern is not None and pattern.peak_bytes:
             self.trace.append(("alloc", pattern.peak_bytes))
+        self.copy_back = {}                     # slot -> a fetch bound on another device than its producer's
         self.reuse = reuse                      # without the pattern: the allocation plan's kReuse (ReusePlan)
         self.buffers, self.owner = {}, {}       # buffer slot -> its bytes; value slot -> the buffer it lives in
         self.pending = dict(reuse.holders) if reuse is not None else {}
@@ -76,7 +77,10 @@ class ExecutionFrame:
         if any(d < 0 for d in shape):
             raise KernelFailure(f"cannot allocate {self.state.value_names[slot]!r} with shape {shape}")
         if slot in self.preplaced:
-            return self._check_fetch(slot, shape, dtype)
+            fetch = self._check_fetch(slot, shape, dtype)
+            if isinstance(fetch, np.ndarray) == bool(provider.is_cpu_based):
+                return fetch
+            self.copy_back[slot] = fetch   # bound on another device: computed on the EP's, copied at the end
         name = self.state.value_names[slot]
         buffer = None
         if self.block is not None and provider.is_cpu_based:
@@ -138,7 +142,7 @@ class ExecutionFrame:
                 "with bind_output/bind_ortvalue_output, or kept from an earlier run when it was bound to a "
                 "device without a buffer); call binding.clear_binding_outputs() and bind it again, or bind a "
                 "buffer of the new shape")
-        if np.dtype(dtype) != buffer.dtype:
+        if np.dtype(dtype).name != str(buffer.dtype).replace("torch.", ""):
             raise KernelFailure(f"output {self.state.value_names[slot]!r} is bound to a {buffer.dtype} "
                                 f"buffer, the kernel writes {np.dtype(dtype)}; bind a buffer of the output's "
                                 "type")
@@ -147,6 +151,20 @@ class ExecutionFrame:
     def store(self, slot, value):
         """A value that is not a tensor (a sequence, an absent optional) kept as it is."""
         self.values[slot] = value
+
+    def copy_outputs_across_devices(self):
+        """utils::CopyOutputsAcrossDevices: each fetch bound on another device than the EP that computed it
+        receives the value now, at the end of the run (ORT adds no Memcpy node for a graph output)."""
+        for slot, target in self.copy_back.items():
+            value = self.values[slot]
+            if isinstance(target, np.ndarray):
+                np.copyto(target, value.detach().cpu().numpy() if hasattr(value, "detach") else value)
+            else:
+                import torch
+
+                target.copy_(value if hasattr(value, "detach") else torch.from_numpy(np.ascontiguousarray(value)))
+            self.values[slot] = target
+        self.copy_back = {}
 
     def bytes_freed_by(self, slots):
         """The bytes releasing `slots` now would give back: a buffer several values live in only when its

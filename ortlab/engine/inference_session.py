@@ -250,6 +250,7 @@ class InferenceSession:
         frame = ExecutionFrame(self.state, feeds, pattern, preplaced, reuse)
         steps = needed_steps(self.state, fetches) if run_options.only_execute_path_to_fetches else self.state.steps
         self.executor.execute(frame, steps, run_options)
+        frame.copy_outputs_across_devices()
         names = self.state.value_names
         self.last_run = {"peak_bytes": frame.peak_bytes, "allocations": frame.allocations, "steps": len(steps),
                          "pattern_bytes": pattern.peak_bytes if pattern else 0, "placed_in_pattern": frame.placed,

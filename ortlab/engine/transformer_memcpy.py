@@ -2,11 +2,14 @@
 
 Mirrors onnxruntime/core/optimizer/transformer_memcpy.cc (TransformerMemcpyImpl). For the first
 non-CPU EP only: every value a device node reads in device memory is a "provider input", every
-value a host node reads (or a device node reads through an InputMemoryType CPU input, or a graph
-output) is a "non-provider input"; likewise for outputs. Then:
+value a host node reads (or a device node reads through an InputMemoryType CPU input) is a
+"non-provider input"; likewise for outputs. Then:
   - a host-produced value read by device nodes gets one MemcpyFromHost (all device readers rewired);
   - a device-produced value read on the host gets one MemcpyToHost (the device node now writes a new
-    value; the copy writes the original name, so host readers and graph outputs keep it);
+    value; the copy writes the original name, so host readers keep it);
+  - a graph output computed on the device gets no node: the run copies it to the fetch's device at the
+    end (utils::CopyOutputsAcrossDevices). The file's overview comment says graph outputs count as
+    non-provider references, but ModifyGraph never adds them;
   - a graph input read on both sides gets a MemcpyFromHost; read on the device only, it is copied
     when fed (utils::CopyInputsAcrossDevices), with no node;
   - an initializer read on both sides is duplicated for the device side, with no node.
@@ -42,7 +45,6 @@ class MemcpyTransformer:
                 if arg.exists():
                     device_write = on_device and not kdef.is_output_on_cpu(i)
                     (p_out if device_write else np_out).add(arg.name)
-        np_in.update(graph.outputs)
         return p_in, np_in, p_out, np_out
 
     def apply(self, graph, assignment, kernel_defs):
