@@ -398,15 +398,17 @@ def test_an_unbound_required_input_is_named(runtime):
 @pytest.mark.parametrize("name", ["nope", "Y"])
 def test_a_wrong_input_name_fails_when_bound(runtime, name):
     sess = SESSIONS[runtime]()  # held: ORT's IOBinding does not keep its session alive (see below)
-    binding = sess.io_binding()  # a fresh one each: ORT's is broken by a failed bind (below)
+    binding = sess.io_binding()  # a fresh one each (a refused bind_ortvalue_input/bind_input breaks ORT's: below)
     with pytest.raises(RUNTIME_ERRORS) as excinfo:
         binding.bind_cpu_input(name, batch())
     check_error(runtime, excinfo, f"Failed to find NodeArg with name: {name}")
 
 
 def test_a_failed_bind_leaves_ortlabs_binding_usable():
-    """In ORT 1.19.2 a failed BindInput leaves IOBinding's name maps out of step: the next bind fails
-    ("Size mismatch:2!=1") or crashes the process (probed). ortlab's binding is unchanged by a refusal."""
+    """In ORT 1.19.2 a refused bind_ortvalue_input or bind_input (an unknown name: C++ BindInput records the
+    name before its check fails) leaves IOBinding's name maps out of step: every later bind fails with "Size
+    mismatch:2!=1" until clear_binding_inputs() (tests/test_binding_views.py pins it; a refused bind_cpu_input
+    is harmless, pybind checks the name first). ortlab's binding is unchanged by a refusal."""
     sess = ortlab_session()
     binding = sess.io_binding()
     for name in ("nope", "Y"):

@@ -13,8 +13,10 @@ onnxruntime/python/onnxruntime_inference_collection.py (over onnxruntime_pybind_
   shape verification ("OrtValue shape verification failed. Current shape:{4,8} Requested shape:{6,8}").
 - ClearInputs / ClearOutputs forget the bindings; SynchronizeInputs/Outputs wait for the devices.
 Where ortlab differs, it says so: a wrong output name fails when bound (ORT: at run), a required input
-left unbound fails before the run (ORT: in the first kernel reading it, "Missing Input: X"), and a
-null pointer is refused (ORT would crash).
+left unbound fails before the run (ORT: in the first kernel reading it, "Missing Input: X"), a
+null pointer is refused (ORT would crash), and get_outputs() returns arrays that own their buffers, where
+ORT's pybind returns OrtValues that are views of the binding's slots (one kept across
+clear_binding_outputs() dangles in ORT: L1_03 shows the crash in a child process).
 """
 import ctypes
 import math
