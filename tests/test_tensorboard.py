@@ -8,7 +8,6 @@ import os
 import signal
 import struct
 import subprocess
-import time
 import urllib.request
 
 import numpy as np
