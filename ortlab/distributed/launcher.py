@@ -1,0 +1,517 @@
+"""Run a function on N local processes that form a torch.distributed process group: ortlab's launcher.
+
+Mirrors what torchrun (torch/distributed/run.py and its elastic agent) and torch.multiprocessing.spawn
+(torch/multiprocessing/spawn.py: start_processes, ProcessContext.join) do on one machine: one process
+per rank started with the spawn start method, RANK / WORLD_SIZE / LOCAL_RANK set as torchrun sets them,
+one thread per rank as torchrun sets OMP_NUM_THREADS=1, the ranks watched and all of them stopped as soon
+as one fails. What differs, on purpose, for notebooks, tests and labs:
+
+- the rendezvous is a FileStore in a temporary directory, so there is no TCP store at all: torchrun and
+  the env:// and tcp:// init methods bind their TCPStore to every interface ([::]) whatever MASTER_ADDR
+  says. Gloo's own pair sockets follow GLOO_SOCKET_IFNAME=lo (NCCL's bootstrap NCCL_SOCKET_IFNAME=lo),
+  so every socket a launch listens on is bound to 127.0.0.1;
+- each rank's stdout and stderr go to files and come back with the results, so a notebook prints them
+  rank by rank instead of interleaved (or lost: a spawned process does not write into a notebook cell);
+- a time limit: a rank still inside `fn` at the deadline has its Python stack dumped (faulthandler,
+  on SIGUSR1) before all ranks are killed, and the error names it and shows that stack;
+- a rank that raises gives one LaunchError naming the rank and its exception, with the traceback
+  trimmed to the frames of `fn`; the ranks that fail afterwards (a peer's connection closed) are
+  listed as consequences, not as causes.
+
+`fn(rank, world_size, *args)` must be importable by the spawned processes: a function at the top level
+of a module (a notebook cell is not one: put the function in a .py file and import it).
+"""
+import faulthandler
+import multiprocessing
+import os
+import pickle
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from datetime import timedelta
+from multiprocessing.connection import wait as wait_for_any
+
+from ortlab.errors import OrtlabError
+
+BACKENDS = ("gloo", "nccl")
+STOP_WAIT_S = 2.0
+STACK_WAIT_S = 2.0
+WATCHDOG_GRACE_S = 30.0
+_THIS_FILE = os.path.abspath(__file__)
+_PHASES = ("starting", "fn", "returned")
+
+
+class LaunchError(OrtlabError):
+    """A launch failed: bad input, or a rank raised, died or ran past the time limit.
+
+    `rank` is the rank the error is about (None for bad input), `kind` one of 'input', 'raised',
+    'died', 'timeout'; `outputs` / `stderr` hold what each rank printed, `pids` the ranks' process ids.
+    """
+
+    def __init__(self, message, rank=None, kind="input", outputs=(), stderr=(), pids=()):
+        super().__init__(message)
+        self.rank = rank
+        self.kind = kind
+        self.outputs = list(outputs)
+        self.stderr = list(stderr)
+        self.pids = list(pids)
+
+
+class LaunchWarning(UserWarning):
+    """A launch that runs but deserves a note (more ranks x threads than cores)."""
+
+
+class LaunchResult(list):
+    """Each rank's return value in rank order (a plain list), plus what each rank printed.
+
+    `outputs[r]` / `stderr[r]` are rank r's stdout / stderr, `pids` the ranks' process ids,
+    `backend` the process group's backend, `seconds` the launch's wall time.
+    """
+
+    def __init__(self, values, outputs, stderr, pids, backend, seconds):
+        super().__init__(values)
+        self.outputs = outputs
+        self.stderr = stderr
+        self.pids = pids
+        self.backend = backend
+        self.seconds = seconds
+
+    def show(self, stderr=False):
+        """Print what each rank printed, rank by rank, each line prefixed with `[rank r]`."""
+        for rank, text in enumerate(self.stderr if stderr else self.outputs):
+            for line in text.splitlines():
+                print(f"[rank {rank}] {line}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks on the caller's side, before any process starts.
+
+
+def cores():
+    """The number of cores this process may run on (its CPU affinity, as a container limits it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _positive_int(value, what):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LaunchError(f"{what} must be a positive int, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def _check_timeout(timeout):
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise LaunchError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
+def _check_args(args):
+    if not isinstance(args, (tuple, list)):
+        raise LaunchError(f"args must be a tuple of extra arguments for fn(rank, world_size, *args), "
+                          f"got {type(args).__name__}; write args=({args!r},) for one argument")
+    return tuple(args)
+
+
+def main_is_reimportable():
+    """True when spawned processes can re-import `__main__` (a script file or `python -m`).
+
+    Mirrors multiprocessing/spawn.py's get_preparation_data: the children import the parent's main
+    module from its spec name or its file. A notebook kernel, `python -c` and the REPL have neither,
+    so a function defined there cannot be found by the children.
+    """
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and getattr(spec, "name", None):
+        return True
+    path = getattr(main, "__file__", None)
+    return bool(path) and os.path.isfile(path)
+
+
+def _check_not_bootstrapping():
+    """Refuse a launch from a rank that is still importing the caller's script (no __main__ guard).
+
+    The same condition as multiprocessing/spawn.py's _check_not_importing_main, caught before the
+    rank imports torch, with the fix in the message."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise LaunchError("launch() was called while a spawned rank imported the caller's script again: "
+                          "call launch under `if __name__ == \"__main__\":` in a script")
+
+
+def _check_importable(fn):
+    if not callable(fn):
+        raise LaunchError(f"fn must be a function fn(rank, world_size, *args), got {type(fn).__name__}")
+    name = getattr(fn, "__qualname__", repr(fn))
+    if getattr(fn, "__module__", None) == "__main__" and not main_is_reimportable():
+        raise LaunchError(
+            f"{name} is defined in __main__ (a notebook cell, python -c or the REPL): each rank is a new "
+            f"process started with the spawn method, which finds fn by its module and name, and a new "
+            f"process cannot import a notebook's cells. Put {name} in a module (a .py file next to the "
+            f"notebook or in a package, e.g. ortlab/distributed/examples.py) and import it from there")
+    try:
+        pickle.dumps(fn)
+    except Exception as exc:
+        raise LaunchError(
+            f"{name} cannot be sent to the ranks ({exc}): the ranks import fn by module and name, so it "
+            f"must be defined at the top level of a module (not a lambda or a nested function)") from exc
+
+
+def _pickle_job(fn, args):
+    _check_importable(fn)
+    try:
+        return pickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise LaunchError(
+            f"args cannot be pickled ({type(exc).__name__}: {exc}): each rank receives a copy of args "
+            f"through pickle; pass plain data, arrays or tensors, and build other objects (open files, "
+            f"locks, sessions, lambdas) inside fn") from exc
+
+
+def choose_backend(backend, world_size):
+    """The process group's backend: NCCL, one rank per GPU, when ortlab.env's device is CUDA and there
+    are at least `world_size` GPUs; gloo on CPU otherwise. An explicit backend is checked."""
+    if backend is None:
+        from ortlab import env
+
+        # env.device() imports onnxruntime: ask it only where CUDA is possible or a device is asked for.
+        if _gpu_count() == 0 and not os.environ.get(env.DEVICE_VARIABLE):
+            return "gloo"
+        if env.device() == "cuda" and _gpu_count() >= world_size:
+            return "nccl"
+        return "gloo"
+    if backend not in BACKENDS:
+        raise LaunchError(f"backend must be one of {', '.join(BACKENDS)} (or None to choose), "
+                          f"got {backend!r}")
+    if backend == "nccl" and _gpu_count() < world_size:
+        raise LaunchError(f"backend='nccl' runs one rank per GPU: {world_size} ranks need {world_size} GPUs, "
+                          f"torch sees {_gpu_count()}; use backend='gloo' (CPU) or fewer ranks")
+    return backend
+
+
+def _gpu_count():
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _warn_if_oversubscribed(world_size, threads_per_rank):
+    available = cores()
+    if world_size * threads_per_rank > available:
+        warnings.warn(
+            f"{world_size} ranks x {threads_per_rank} thread(s) on {available} cores: the ranks share the "
+            f"cores, so the job runs and computes the same results, only slower (each rank waits for the "
+            f"slowest at every collective)", LaunchWarning, stacklevel=3)
+
+
+# ---------------------------------------------------------------------------------------------
+# One rank: runs in the spawned process.
+
+
+class _RankFiles:
+    """The files one rank writes in the launch's directory."""
+
+    def __init__(self, workdir, rank):
+        base = os.path.join(workdir, f"rank{rank}")
+        self.stdout = base + ".stdout"
+        self.stderr = base + ".stderr"
+        self.stack = base + ".stack"
+        self.phase = base + ".phase"
+        self.result = base + ".result"
+        self.error = base + ".error"
+
+
+def _write_atomic(path, data):
+    with open(path + ".tmp", "wb") as f:
+        f.write(data)
+    os.replace(path + ".tmp", path)
+
+
+def _redirect_output(files):
+    for fd, path in ((1, files.stdout), (2, files.stderr)):
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(target, fd)
+        os.close(target)
+    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+
+
+def loopback_interface():
+    """Name of the loopback network interface ('lo' on Linux), or None where there is none."""
+    names = {name for _, name in socket.if_nameindex()}
+    return next((name for name in ("lo", "lo0") if name in names), None)
+
+
+def rank_environment(rank, world_size, threads):
+    """The variables a rank runs with: torchrun's RANK/WORLD_SIZE/LOCAL_*, thread counts, loopback."""
+    env = {"RANK": rank, "WORLD_SIZE": world_size, "LOCAL_RANK": rank, "LOCAL_WORLD_SIZE": world_size,
+           "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    interface = loopback_interface()
+    if interface:
+        env.update(GLOO_SOCKET_IFNAME=interface, NCCL_SOCKET_IFNAME=interface)
+    return {key: str(value) for key, value in env.items()}
+
+
+def _trimmed_traceback(exc):
+    """The exception's traceback without the launcher's own frames."""
+    summary = traceback.TracebackException.from_exception(exc)
+    summary.stack = traceback.StackSummary.from_list(
+        [frame for frame in summary.stack if os.path.abspath(frame.filename) != _THIS_FILE])
+    return "".join(summary.format())
+
+
+def _init_group(backend, rank, world_size, workdir, timeout):
+    import torch
+    import torch.distributed as dist
+
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    # A collective must not time out before the launcher does, or the rank waiting for a hung peer
+    # would be reported instead of the hung one.
+    dist.init_process_group(backend, init_method="file://" + os.path.join(workdir, "rendezvous"),
+                            rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout + 60))
+
+
+def _teardown():
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def _run_rank(rank, world_size, workdir, backend, threads, timeout, files, phase):
+    import torch
+
+    torch.set_num_threads(threads)
+    with open(os.path.join(workdir, "job.pkl"), "rb") as f:
+        fn, args = pickle.load(f)
+    _init_group(backend, rank, world_size, workdir, timeout)
+    phase(1)
+    value = fn(rank, world_size, *args)
+    phase(2)
+    try:
+        blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise LaunchError(f"the value fn returned ({type(value).__name__}) cannot be pickled back to the "
+                          f"caller: {exc}; return plain data, arrays or tensors") from exc
+    _write_atomic(files.result, blob)
+    _teardown()
+
+
+def _worker(rank, world_size, workdir, backend, threads, timeout):
+    """The body of one rank's process: capture output, join the group, run fn, report."""
+    files = _RankFiles(workdir, rank)
+    _redirect_output(files)
+    os.environ.update(rank_environment(rank, world_size, threads))
+    stack_file = open(files.stack, "w")
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
+    # Backstop if the caller is gone: the rank dumps its stack and exits on its own.
+    faulthandler.dump_traceback_later(timeout + WATCHDOG_GRACE_S, exit=True, file=stack_file)
+    current = [0]
+
+    def phase(index):
+        current[0] = index
+        _write_atomic(files.phase, _PHASES[index].encode())
+
+    phase(0)
+    try:
+        _run_rank(rank, world_size, workdir, backend, threads, timeout, files, phase)
+    except BaseException as exc:  # noqa: B902 - every failure, KeyboardInterrupt included, is reported
+        record = {"rank": rank, "time": time.monotonic(), "phase": _PHASES[current[0]],
+                  "type": type(exc).__name__, "message": str(exc), "traceback": _trimmed_traceback(exc)}
+        _write_atomic(files.error, pickle.dumps(record))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    faulthandler.cancel_dump_traceback_later()
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# The caller's side: start, watch, stop, report.
+
+
+def _read_text(path):
+    try:
+        with open(path, encoding="utf-8", errors="backslashreplace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def _read_pickle(path):
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def _watch(processes, deadline):
+    """Wait until every rank exits, one fails or the deadline passes: (ranks that failed, ranks left)."""
+    pending = set(range(len(processes)))
+    while pending:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return [], sorted(pending)
+        ready = set(wait_for_any([processes[r].sentinel for r in pending], timeout=left))
+        failed = []
+        for rank in sorted(pending):
+            if processes[rank].sentinel in ready:
+                processes[rank].join()
+                pending.discard(rank)
+                if processes[rank].exitcode != 0:
+                    failed.append(rank)
+        if failed:
+            return failed, sorted(pending)
+    return [], []
+
+
+def _stop(processes):
+    """Terminate (then kill) every rank still running, and reap them all."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + STOP_WAIT_S
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def _dump_stacks(processes, ranks, files):
+    """Ask each rank in `ranks` for its Python stack (SIGUSR1 -> faulthandler) and wait for it."""
+    for rank in ranks:
+        if processes[rank].is_alive():
+            os.kill(processes[rank].pid, signal.SIGUSR1)
+    deadline = time.monotonic() + STACK_WAIT_S
+    while time.monotonic() < deadline:
+        if all(os.path.getsize(files[r].stack) > 0 for r in ranks if os.path.exists(files[r].stack)):
+            time.sleep(0.1)  # let the dump finish: it is written frame by frame
+            return
+        time.sleep(0.05)
+
+
+def _trimmed_stack(text):
+    """A faulthandler dump without the frames of multiprocessing's bootstrap and the launcher."""
+    skip = (_THIS_FILE, os.path.dirname(os.path.abspath(multiprocessing.__file__)) + os.sep, "<string>")
+    lines = [line for line in text.splitlines()
+             if not any(f'File "{path}' in line for path in skip)]
+    return "\n".join("    " + line for line in lines)
+
+
+def _ranks(ranks):
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def _timeout_error(processes, pending, files, timeout, report):
+    phases = {r: _read_text(files[r].phase) or "not started" for r in pending}
+    hung = [r for r in pending if phases[r] != "returned"] or pending
+    waiting = [r for r in pending if r not in hung]
+    _dump_stacks(processes, hung, files)
+    _stop(processes)
+    world = len(processes)
+    lines = [f"{_ranks(hung)} of {world} did not finish within the time limit (timeout={timeout:g} s)"]
+    for rank in hung:
+        where = {"fn": "inside fn", "starting": "starting (importing fn, joining the process group)"}
+        lines.append(f"rank {rank} was {where.get(phases[rank], phases[rank])}; its Python stack "
+                     f"(most recent call first):")
+        stack = _trimmed_stack(_read_text(files[rank].stack))
+        lines.append(stack or "    (no stack: the rank did not answer SIGUSR1)")
+    if waiting:
+        lines.append(f"{_ranks(waiting)} had returned from fn and {'was' if len(waiting) == 1 else 'were'} "
+                     f"waiting at the final barrier.")
+    lines.append("All ranks were stopped.")
+    return LaunchError("\n".join(lines), rank=hung[0], kind="timeout", **report())
+
+
+def _exit_description(exitcode):
+    if exitcode is not None and exitcode < 0:
+        return f"was killed by signal {signal.Signals(-exitcode).name}"
+    return f"exited with code {exitcode}"
+
+
+def _failure_error(processes, failed, files, report):
+    _stop(processes)
+    records = [r for r in (_read_pickle(f.error) for f in files) if r is not None]
+    records.sort(key=lambda record: record["time"])
+    world = len(processes)
+    if not records:
+        rank = failed[0]
+        tail = "\n".join(_read_text(files[rank].stderr).splitlines()[-15:])
+        message = (f"rank {rank} of {world} {_exit_description(processes[rank].exitcode)} without raising "
+                   f"a Python exception (a crash, os._exit, or a failure before the rank could start)")
+        if not os.path.exists(files[rank].phase):
+            message += (". It never reached the launcher's code: its error is on the caller's stderr. When "
+                        "launch is called from a script, call it under `if __name__ == \"__main__\":`, since "
+                        "each spawned rank imports the script again")
+        if tail:
+            message += f"; the end of its stderr:\n{tail}"
+        return LaunchError(message + "\nThe other ranks were stopped.", rank=rank, kind="died", **report())
+    first = records[0]
+    starting = first["phase"] == "starting"
+    where = " while starting (importing fn, joining the process group)" if starting else ""
+    remote = first["traceback"].rstrip().replace(
+        "Traceback (most recent call last):",
+        f"Traceback on rank {first['rank']} (most recent call last, the launcher's frames removed):", 1)
+    lines = [f"rank {first['rank']} of {world} raised {first['type']}{where}: {first['message']}", remote]
+    for record in records[1:]:
+        first_line = (record["message"].splitlines() or [""])[0]
+        lines.append(f"rank {record['rank']} then raised {record['type']}: {first_line}")
+    lines.append("The other ranks were stopped.")
+    return LaunchError("\n".join(lines), rank=first["rank"], kind="raised", **report())
+
+
+def launch(fn, world_size=2, args=(), timeout=60, backend=None, threads_per_rank=1):
+    """Run `fn(rank, world_size, *args)` on `world_size` local processes in one process group.
+
+    Returns a LaunchResult: the list of each rank's return value in rank order, with `.outputs`
+    (each rank's stdout) and `.stderr`. Raises LaunchError for bad input, when a rank raises (naming
+    it and its exception), dies, or is still running after `timeout` seconds (with its stack).
+    The process group (gloo on CPU, NCCL one rank per GPU) is created before fn runs and destroyed
+    after it returns (barrier first); every rendezvous and gloo socket is bound to 127.0.0.1.
+    """
+    started = time.monotonic()
+    _check_not_bootstrapping()
+    world_size = _positive_int(world_size, "world_size")
+    threads_per_rank = _positive_int(threads_per_rank, "threads_per_rank")
+    timeout = _check_timeout(timeout)
+    job = _pickle_job(fn, _check_args(args))
+    backend = choose_backend(backend, world_size)
+    _warn_if_oversubscribed(world_size, threads_per_rank)
+    workdir = tempfile.mkdtemp(prefix="ortlab-launch-")
+    processes = []
+    try:
+        _write_atomic(os.path.join(workdir, "job.pkl"), job)
+        files = [_RankFiles(workdir, rank) for rank in range(world_size)]
+        context = multiprocessing.get_context("spawn")
+        for rank in range(world_size):
+            process = context.Process(target=_worker, name=f"ortlab-rank-{rank}",
+                                      args=(rank, world_size, workdir, backend, threads_per_rank, timeout))
+            process.start()
+            processes.append(process)
+        pids = [process.pid for process in processes]
+
+        def report():
+            return {"outputs": [_read_text(f.stdout) for f in files],
+                    "stderr": [_read_text(f.stderr) for f in files], "pids": pids}
+
+        failed, pending = _watch(processes, started + timeout)
+        if failed:
+            raise _failure_error(processes, failed, files, report)
+        if pending:
+            raise _timeout_error(processes, pending, files, timeout, report)
+        values = [_read_pickle(f.result) for f in files]
+        return LaunchResult(values, seconds=time.monotonic() - started, backend=backend, **report())
+    finally:
+        _stop(processes)
+        for process in processes:
+            process.close()
+        shutil.rmtree(workdir, ignore_errors=True)
