@@ -76,7 +76,7 @@ def test_all_reduce_is_the_sum_and_results_come_in_rank_order(facts):
 def test_each_rank_runs_one_thread_with_torchrun_variables(facts):
     result, _, _ = facts
     for rank, value in enumerate(result):
-        assert value["threads"] == 1
+        assert value["threads"] == value["interop_threads"] == 1
         assert value["env"] == {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
                                 "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
 

@@ -86,7 +86,8 @@ def launch_facts(rank, world_size):
     print(f"rank {rank} says hello on stderr", file=sys.stderr)
     return {"rank": rank, "world_size": world_size, "group_rank": dist.get_rank(),
             "group_size": dist.get_world_size(), "backend": dist.get_backend(), "sum": total.tolist(),
-            "threads": torch.get_num_threads(), "pid": os.getpid(), "pids": pids,
+            "threads": torch.get_num_threads(),
+            "interop_threads": torch.get_num_interop_threads(), "pid": os.getpid(), "pids": pids,
             "env": {key: os.environ.get(key) for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
                                                          "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME")},
             "listeners": listeners}

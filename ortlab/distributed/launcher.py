@@ -25,6 +25,7 @@ import faulthandler
 import multiprocessing
 import os
 import pickle
+import re
 import shutil
 import signal
 import socket
@@ -288,6 +289,10 @@ def _run_rank(rank, world_size, workdir, backend, threads, timeout, files, phase
     import torch
 
     torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(threads)
+    except RuntimeError:  # already set: the caller's script imported torch and ran inter-op work
+        pass
     with open(os.path.join(workdir, "job.pkl"), "rb") as f:
         fn, args = pickle.load(f)
     _init_group(backend, rank, world_size, workdir, timeout)
@@ -402,7 +407,7 @@ def _dump_stacks(processes, ranks, files):
 def _trimmed_stack(text):
     """A faulthandler dump without the frames of multiprocessing's bootstrap and the launcher."""
     skip = (_THIS_FILE, os.path.dirname(os.path.abspath(multiprocessing.__file__)) + os.sep, "<string>")
-    lines = [line for line in text.splitlines()
+    lines = [re.sub(r"0x[0-9a-f]+ ", "", line) for line in text.splitlines()
              if not any(f'File "{path}' in line for path in skip)]
     return "\n".join("    " + line for line in lines)
 
@@ -462,6 +467,9 @@ def _failure_error(processes, failed, files, report):
         "Traceback (most recent call last):",
         f"Traceback on rank {first['rank']} (most recent call last, the launcher's frames removed):", 1)
     lines = [f"rank {first['rank']} of {world} raised {first['type']}{where}: {first['message']}", remote]
+    if starting and "__main__" in first["message"]:
+        lines.append("The rank could not find something defined in __main__ (a notebook cell?) that fn or "
+                     "args refer to: define it in a module and import it from there.")
     for record in records[1:]:
         first_line = (record["message"].splitlines() or [""])[0]
         lines.append(f"rank {record['rank']} then raised {record['type']}: {first_line}")
