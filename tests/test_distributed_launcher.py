@@ -170,6 +170,14 @@ def test_python_c_function_is_refused_before_anything_starts():
     assert out.stdout.rstrip().endswith("[]")  # refused before torch was even imported
 
 
+def test_a_program_read_from_stdin_is_refused_before_anything_starts():
+    """`python -` names its main program '<stdin>': spawned ranks would run that path again and crash."""
+    code = ("from ortlab.distributed import launch, LaunchError, examples\n"
+            "try:\n    launch(examples.all_reduce_sum)\nexcept LaunchError as e:\n    print('LaunchError:', e)\n")
+    out = subprocess.run([sys.executable, "-"], input=code, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "LaunchError: the main program is '<stdin>', not a file" in out.stdout, out.stderr
+
+
 def test_a_script_without_main_guard_gets_the_fix(tmp_path):
     # A script's own function is fine (the ranks import the script again), but the script must call
     # launch under a __main__ guard: here each rank stops at its own launch() and exits with code 1.

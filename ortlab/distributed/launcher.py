@@ -144,6 +144,16 @@ def _check_not_bootstrapping():
                           "call launch under `if __name__ == \"__main__\":` in a script")
 
 
+def _check_main_path():
+    """Refuse a launch when spawned ranks would try to re-import a __main__ that is no file (a program read
+    from stdin, `python -`): multiprocessing's spawn runs the main module's path again in every rank."""
+    main = sys.modules.get("__main__")
+    path, spec = getattr(main, "__file__", None), getattr(main, "__spec__", None)
+    if path and not os.path.isfile(path) and not (spec is not None and getattr(spec, "name", None)):
+        raise LaunchError(f"the main program is {path!r}, not a file: each rank, started with the spawn method, "
+                          "would run it again and fail. Launch from a script file, a notebook or python -c")
+
+
 def _check_importable(fn):
     if not callable(fn):
         raise LaunchError(f"fn must be a function fn(rank, world_size, *args), got {type(fn).__name__}")
@@ -488,6 +498,7 @@ def launch(fn, world_size=2, args=(), timeout=60, backend=None, threads_per_rank
     """
     started = time.monotonic()
     _check_not_bootstrapping()
+    _check_main_path()
     world_size = _positive_int(world_size, "world_size")
     threads_per_rank = _positive_int(threads_per_rank, "threads_per_rank")
     timeout = _check_timeout(timeout)
