@@ -128,6 +128,10 @@ def test_errors_say_what_to_pass(tmp_path):
         open_writer(tmp_path / "file")
     with pytest.raises(TensorBoardError, match="the run has"):
         plot_scalars(read_scalars(tmp_path / "runs" / "a"), tags=["eval/loss"])
+    with pytest.raises(TensorBoardError, match="is not a folder"):
+        read_scalars(tmp_path / "missing")
+    with pytest.raises(TensorBoardError, match="takes a run's folder"):
+        read_scalars(3)
 
 
 def test_plot_scalars_draws_one_chart_per_tag(tmp_path):

@@ -87,8 +87,12 @@ def read_scalars(run_dir):
     """
     from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
+    if not isinstance(run_dir, (str, Path)):
+        raise TensorBoardError(f"read_scalars takes a run's folder (a str or Path), not {type(run_dir).__name__}")
     path = Path(run_dir)
-    if not path.is_dir() or not any(path.glob(EVENT_FILES)):
+    if not path.is_dir():
+        raise TensorBoardError(f"{path} is not a folder: pass the log_dir given to train or log_run")
+    if not any(path.glob(EVENT_FILES)):
         raise TensorBoardError(f"no event files in {path}: pass the run's folder (the log_dir given to "
                                "train or log_run), not its parent")
     accumulator = EventAccumulator(str(path), size_guidance={SCALARS: 0})
