@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from ortlab.labs.checks import CheckFailed, call_learner, check
 from ortlab.memory import plan as make_plan
 from ortlab.memory import views
-from ortlab.memory.allocation_planner import K_REUSE
 from ortlab.memory.mem_pattern_planner import MemPatternPlanner
 from ortlab.memory.planners import Placement
 from ortlab.memory.validator import PlanValidationError
@@ -111,12 +110,6 @@ def reference_lifetimes(c):
             for v in c.plan.values if v.defined_at is not None}
 
 
-def _holders(p, buffer):
-    reused = p.execution_plan.values
-    return [v for v in p.values if v.index == buffer.index or
-            (v.kind == K_REUSE and reused[v.index].reused_buffer == buffer.index)]
-
-
 def pattern_events(c, lifetimes):
     """ORT's allocation trace of the pattern, built from `lifetimes` ({value: Lifetime}) and ORT's reuse
     decisions (which values get a buffer of their own, and which live in another's): in execution order,
@@ -127,7 +120,7 @@ def pattern_events(c, lifetimes):
     lifetimes = _normalized(lifetimes, [b.name for b in buffers])
     ends = {}
     for b in buffers:
-        reads = [lifetimes[h.name].last_use for h in _holders(p, b)
+        reads = [lifetimes[h.name].last_use for h in views.holders(p, b.index)
                  if h.name in lifetimes and lifetimes[h.name].last_use is not None]
         ends[b.name] = max(reads) if reads else None
     for pc in range(len(p.order)):

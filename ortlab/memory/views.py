@@ -252,7 +252,7 @@ def decision_table(plan):
                   "candidate input last read at"), rows)
 
 
-def _holders(plan, original):
+def holders(plan, original):
     """The values living in buffer `original` (the buffer's own value and every kReuse of it)."""
     reused = plan.execution_plan.values
     return [v for v in plan.values if v.index == original or
@@ -266,7 +266,7 @@ def freelist_table(plan):
     block for its whole [start, end], idle counters included."""
     rows = []
     for pc, current, original in plan.execution_plan.freelist_picks:
-        before = [h for h in _holders(plan, original) if h.defined_at is not None and h.defined_at < pc]
+        before = [h for h in holders(plan, original) if h.defined_at is not None and h.defined_at < pc]
         freed = max(h.last_use if h.last_use is not None else h.defined_at for h in before)
         buffer = plan.values[original]
         rows.append((pc, plan.values[current].name, buffer.name, freed, pc - freed - 1,
