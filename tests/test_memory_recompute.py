@@ -163,3 +163,12 @@ def test_two_dropouts_whose_masks_nobody_reads():
     feeds = {"x": np.zeros((4096, 256), np.float32)}
     assert mo.ort_block(model, feeds) == 6 << 20
     assert plan(model, feeds).peak_bytes == mo.ort_block(model, feeds)
+
+
+def test_a_block_inside_the_arenas_first_region_is_reported_as_not_logged():
+    from ortlab.training.memory_optimizer import FIRST_REGION, _ort_cells
+
+    assert _ort_cells(None, 5 * FIRST_REGION) == ["not logged", "(fits the first 1 MiB region)"]
+    assert _ort_cells(1024, FIRST_REGION // 2)[0] == "not logged"  # a later, unrelated extension: not the block
+    assert _ort_cells(3 * FIRST_REGION, 3 * FIRST_REGION) == [3 * FIRST_REGION, "yes"]
+    assert _ort_cells(3 * FIRST_REGION, 3 * FIRST_REGION + 512) == [3 * FIRST_REGION, "no (+512 B)"]

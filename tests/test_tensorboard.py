@@ -9,6 +9,7 @@ import signal
 import struct
 import subprocess
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -16,7 +17,7 @@ import pytest
 import torch
 
 from conftest import ROOT
-from ortlab.training import train
+from ortlab.training import tensorboard, train
 from ortlab.training.tensorboard import (GRAD_NORM, LOSS, LR, TensorBoardError, log_run, open_writer,
                                          plot_scalars, read_scalars)
 from test_browser import browser, free_port, screenshot, wait_for  # noqa: F401 (fixture)
@@ -119,6 +120,15 @@ def test_log_run_writes_a_finished_history(tmp_path):
         log_run(history, tmp_path, lrs=lrs[:2])
 
 
+def test_log_run_takes_the_losses_of_a_loop_of_ones_own(tmp_path):
+    losses = [2.5, 1.25, 0.1]
+    log_run(losses, tmp_path / "mine")
+    assert read_scalars(tmp_path / "mine")[LOSS] == [(i, float(np.float32(v))) for i, v in enumerate(losses)]
+    for bad in ([torch.tensor(1.0)], ["1.0"], [True], {"loss": 1.0}, 3):
+        with pytest.raises(TensorBoardError, match="list of losses"):
+            log_run(bad, tmp_path / "bad")
+
+
 def test_errors_say_what_to_pass(tmp_path):
     trained(tmp_path / "runs" / "a")
     with pytest.raises(TensorBoardError, match="not its parent"):
@@ -132,6 +142,17 @@ def test_errors_say_what_to_pass(tmp_path):
         read_scalars(tmp_path / "missing")
     with pytest.raises(TensorBoardError, match="takes a run's folder"):
         read_scalars(3)
+
+
+def test_run_folder_is_runs_at_the_top_of_the_checkout_wherever_the_notebook_runs(tmp_path, monkeypatch):
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(tmp_path)  # as a notebook runs in notebooks/
+    assert tensorboard.run_folder("lab08") == root / "runs" / "lab08"
+    assert tensorboard.run_folder("D_01/adam") == root / "runs" / "D_01" / "adam"
+    assert (root / ".gitignore").read_text().splitlines().count("/runs/") == 1  # never committed
+    for bad in ("", "/tmp/x", "../x", 3, None):
+        with pytest.raises(TensorBoardError, match="relative name"):
+            tensorboard.run_folder(bad)
 
 
 def test_plot_scalars_draws_one_chart_per_tag(tmp_path):

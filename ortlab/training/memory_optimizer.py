@@ -260,6 +260,17 @@ def ort_block(model, feeds, order="default"):
     return requests[0] if requests else None
 
 
+FIRST_REGION = 1 << 20  # the CPU arena's first region, reserved at session creation (BFCArena's initial chunk)
+
+
+def _ort_cells(ort, predicted):
+    """ORT's block and 'to the byte' for a table row. A block that fits the arena's first region is
+    never logged, and the first "Extending" line is then some later allocation: not the block."""
+    if ort is None or predicted < FIRST_REGION:
+        return ["not logged", "(fits the first 1 MiB region)"]
+    return [ort, "yes" if ort == predicted else f"no ({predicted - ort:+,} B)"]
+
+
 def recompute_peaks(graphs, orders=("default", "priority"), with_ort=True):
     """A Table, one row per graph (without / with recompute) and execution order: node count, recompute
     nodes, ortlab.memory.plan's predicted block, the lower bound (most bytes live at once), and, with
@@ -277,8 +288,7 @@ def recompute_peaks(graphs, orders=("default", "priority"), with_ort=True):
             row = [label, len(model.graph.node), len(recompute_nodes(model)), order, p.peak_bytes,
                    p.lower_bound_bytes]
             if with_ort:
-                ort = ort_block(model, graphs.feeds, order)
-                row += [ort, "yes" if ort == p.peak_bytes else f"no ({p.peak_bytes - ort:+,} B)"]
+                row += _ort_cells(ort_block(model, graphs.feeds, order), p.peak_bytes)
             rows.append(tuple(row))
     header = ("graph", "nodes", "recompute nodes", "order", "predicted block (B)", "lower bound (B)")
     if with_ort:

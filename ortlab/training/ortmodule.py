@@ -43,9 +43,15 @@ def ortmodule_env(**variables):
 
     ortmodule_env(FALLBACK_POLICY="FALLBACK_DISABLE", ONNX_OPSET_VERSION=15)
     """
-    names = {f"ORTMODULE_{k.upper()}": str(v) for k, v in variables.items()}
-    saved = {k: os.environ.get(k) for k in names}
-    os.environ.update(names)
+    with environment({f"ORTMODULE_{k.upper()}": str(v) for k, v in variables.items()}):
+        yield
+
+
+@contextlib.contextmanager
+def environment(variables):
+    """Set the environment variables {name: value} for the block; restore (or remove) them after."""
+    saved = {k: os.environ.get(k) for k in variables}
+    os.environ.update(variables)
     try:
         yield
     finally:

@@ -4,9 +4,10 @@ A run is one folder of event files (`events.out.tfevents.*`, protobuf records of
 tensorboard/compat/proto/event.proto); TensorBoard, pointed at a parent folder such as runs/
 (`make tensorboard`), shows each sub-folder as a run named after it.
 
+    run_folder(name)                        runs/NAME in the checkout, the folder `make tensorboard` serves
     open_writer(run_dir)                    a SummaryWriter on a folder holding this run only
     log_step(writer, step, history, opt)    one step's train/loss, train/lr, train/grad_norm
-    log_run(history, run_dir, lrs=None)     a finished History, after the fact
+    log_run(history, run_dir, lrs=None)     a finished History (or list of losses), after the fact
     read_scalars(run_dir)                   {tag: [(step, value)]}, read back by TensorBoard's own reader
     plot_scalars(scalars)                   one small chart per tag, steps on the x axis
 
@@ -21,10 +22,21 @@ from ortlab.errors import OrtlabError
 
 LOSS, LR, GRAD_NORM = "train/loss", "train/lr", "train/grad_norm"
 EVENT_FILES = "events.out.tfevents.*"
+CHECKOUT = Path(__file__).resolve().parents[2]  # the folder holding ortlab/, notebooks/ and runs/
 
 
 class TensorBoardError(OrtlabError):
     """A run folder cannot be written or read as asked (the message says why and what to do)."""
+
+
+def run_folder(name):
+    """The folder of the run called `name` ('lab08', 'D_01/adam'): runs/NAME at the top of the
+    checkout, whatever the current directory (a notebook runs in notebooks/), which is the folder
+    `make tensorboard` serves. Outside a checkout (ortlab installed elsewhere), ./runs/NAME."""
+    if not isinstance(name, str) or not name.strip() or Path(name).is_absolute() or ".." in Path(name).parts:
+        raise TensorBoardError(f"a run name is a relative name like 'lab08' or 'D_01/adam', not {name!r}")
+    root = CHECKOUT if (CHECKOUT / "pyproject.toml").is_file() else Path.cwd()
+    return root / "runs" / name
 
 
 def open_writer(run_dir, replace=True, flush_secs=5):
@@ -63,7 +75,18 @@ def log_step(writer, step, history, optimizer=None):
 
 
 def log_run(history, run_dir, lrs=None, replace=True):
-    """Write a finished History into run_dir: its losses and norms, and lrs (one per step) if given."""
+    """Write a finished run into run_dir: a History's losses and norms, or a plain list of losses
+    (a loop of your own), and lrs (one per step) if given."""
+    if isinstance(history, (list, tuple)):
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in history):
+            raise TensorBoardError("log_run takes a History or a list of losses as Python floats "
+                                   "(loss.item()), not tensors or other values")
+        from ortlab.training.loop import History
+
+        history = History(losses=list(history))
+    elif not hasattr(history, "losses"):
+        raise TensorBoardError(f"log_run takes a History (what train() returns) or a list of losses, "
+                               f"not {type(history).__name__}")
     if lrs is not None and len(lrs) != len(history.losses):
         raise TensorBoardError(f"lrs has {len(lrs)} values for {len(history.losses)} steps: "
                                "give one per step")

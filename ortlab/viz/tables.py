@@ -33,6 +33,12 @@ class Table:
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def within(gap, tolerance=1e-6):
+    """A difference as a table cell: '<= 1e-06' when it is float32 rounding (printed the same on every
+    CPU, where the rounding itself is not), else the value to two digits."""
+    return f"<= {tolerance:.0e}" if gap <= tolerance else f"{gap:.1e}"
+
+
 def node_table(model):
     """One row per node, in graph order: index, name, op type (with domain), inputs, outputs."""
     if isinstance(model, (str, Path)):

@@ -1,0 +1,647 @@
+"""Collectives built only from point-to-point send/recv: readable mirrors of NCCL's ring algorithms.
+
+Mirrors NCCL's ring collectives (nccl/src/device/all_reduce.h runRing, reduce_scatter.h, all_gather.h;
+the schedule is described in NCCL's docs "Collective Operations") and the pairwise exchange of
+all-to-all (nccl/src/device/sendrecv.h, as used by torch's all_to_all_single on NCCL):
+
+- the tensor is seen as one flat buffer cut into `world_size` chunks (uneven sizes allowed: the first
+  `numel % world_size` chunks are one element longer, as torch.tensor_split cuts);
+- ring reduce-scatter: N-1 steps; at step s rank r sends chunk (r-s-1) % N to rank r+1 and adds the chunk
+  (r-s-2) % N it receives from rank r-1 into its own copy. After N-1 steps rank r holds the full sum of
+  chunk r;
+- ring all-gather: N-1 steps; at step s rank r sends chunk (r-s) % N (the one it finished last) to r+1 and
+  stores chunk (r-s-1) % N from r-1;
+- ring all-reduce = reduce-scatter then all-gather, so each rank sends 2(N-1) chunks: 2(N-1)/N of the
+  tensor, whatever N is (the reason NCCL's ring is bandwidth-optimal);
+- all-to-all: N-1 pairwise steps; at step s rank r sends its chunk for rank r+s and receives rank r-s's
+  chunk for it (the chunk shapes are exchanged first, so uneven splits need no split sizes).
+
+Each function can fill a `CollectiveTrace`: a snapshot of what this rank holds after every step (which
+ranks' data each chunk sums, its size and values: plain data) and the bytes it sent. `plot_collective`
+draws the snapshots of every rank as a grid (ranks x steps), `format_collective` prints them.
+
+`collectives_check` is the rank function that runs every mirror next to the stock collective
+(`all_reduce`, `reduce_scatter_tensor`, `all_gather_into_tensor`, `all_to_all_single` with uneven splits)
+on the same data, plus gloo's capability errors and bad input, for one launch.
+"""
+import torch
+import torch.distributed as dist
+
+from ortlab.errors import OrtlabError
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,
+                    torch.int8, torch.uint8, torch.int32, torch.int64)
+MAX_DIMS = 8
+
+
+class CollectiveError(OrtlabError):
+    """A collective mirror got an input it cannot use, or was called outside a process group."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The trace: what one rank holds after every step, and what it sent.
+
+
+class CollectiveTrace:
+    """What one rank did in one collective: snapshots after every step and the bytes it sent.
+
+    Pass one to a mirror (`ring_all_reduce(t, trace=CollectiveTrace())`); the mirror sets `name`, `rank`,
+    `world_size` and appends one snapshot per step (step 0 is the state before any message). A snapshot is
+    a dict: step, phase ('start', 'reduce-scatter', 'all-gather', 'exchange'), sent / received
+    ([chunk, peer] or None), origins (for each chunk, the sorted ranks whose data it sums), sizes (elements
+    per chunk) and, when `values` is true, values (each chunk's elements as a flat list).
+    `bytes_sent` counts the payload this rank sent (not the few bytes of shapes all_to_all exchanges first,
+    counted in `meta_bytes_sent`).
+    """
+
+    def __init__(self, values=True):
+        self.values = values
+        self.name, self.rank, self.world_size = None, None, None
+        self.snapshots = []
+        self.bytes_sent = 0
+        self.meta_bytes_sent = 0
+        self.messages = 0
+
+    def start(self, name, rank, world_size):
+        """Begin a collective: set who runs it and forget earlier snapshots."""
+        self.name, self.rank, self.world_size = name, rank, world_size
+        self.snapshots, self.bytes_sent, self.meta_bytes_sent, self.messages = [], 0, 0, 0
+        return self
+
+    def count(self, tensor):
+        """Add one message of `tensor` to the bytes sent."""
+        self.bytes_sent += tensor.numel() * tensor.element_size()
+        self.messages += 1
+
+    def snapshot(self, phase, chunks, origins, sent=None, received=None):
+        """Record what this rank holds now (chunks: list of tensors; origins: list of rank lists)."""
+        record = {"step": len(self.snapshots), "phase": phase, "sent": sent, "received": received,
+                  "origins": [sorted(o) for o in origins], "sizes": [int(c.numel()) for c in chunks]}
+        if self.values:
+            record["values"] = [c.detach().reshape(-1).double().tolist() for c in chunks]
+        self.snapshots.append(record)
+
+    def as_dict(self):
+        """Plain data (picklable, for a rank function's return value)."""
+        return {"name": self.name, "rank": self.rank, "world_size": self.world_size,
+                "snapshots": list(self.snapshots), "bytes_sent": self.bytes_sent,
+                "meta_bytes_sent": self.meta_bytes_sent, "messages": self.messages}
+
+    def __repr__(self):
+        return (f"CollectiveTrace({self.name!r}, rank={self.rank}, world_size={self.world_size}, "
+                f"steps={max(len(self.snapshots) - 1, 0)}, bytes_sent={self.bytes_sent})")
+
+
+class _NoTrace(CollectiveTrace):
+    """A trace that records nothing (used when the caller passes none)."""
+
+    def count(self, tensor):
+        """Count nothing."""
+
+    def snapshot(self, phase, chunks, origins, sent=None, received=None):
+        """Record nothing."""
+
+
+def _start(trace, name, rank, world_size):
+    if trace is None:
+        return _NoTrace(values=False).start(name, rank, world_size)
+    if not isinstance(trace, CollectiveTrace):
+        raise CollectiveError(f"trace must be a CollectiveTrace (or None), got {type(trace).__name__}")
+    return trace.start(name, rank, world_size)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks.
+
+
+def _check_tensor(tensor, what):
+    """Refuse what a collective cannot carry: not a tensor, an unsupported dtype, a sparse layout."""
+    if not isinstance(tensor, torch.Tensor):
+        raise CollectiveError(f"{what} must be a torch.Tensor, got {type(tensor).__name__}; "
+                              f"convert it with torch.as_tensor(...)")
+    if tensor.layout != torch.strided:
+        raise CollectiveError(f"{what} is a {tensor.layout} tensor: collectives carry dense tensors; "
+                              f"call .to_dense() first")
+    if tensor.dtype not in SUPPORTED_DTYPES:
+        names = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
+        hint = " (view a complex tensor with torch.view_as_real)" if tensor.is_complex() else ""
+        raise CollectiveError(f"{what} has dtype {tensor.dtype}, which a SUM collective cannot carry; "
+                              f"use one of {names}{hint}")
+    return tensor
+
+
+def process_group():
+    """(rank, world_size) of the default process group; CollectiveError when there is none."""
+    if not (dist.is_available() and dist.is_initialized()):
+        raise CollectiveError(
+            "no process group: a collective needs the ranks to have joined one. Call it inside a function "
+            "run by ortlab.distributed.launch(fn, world_size=2), or call dist.init_process_group first")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _exchange(send, recv, to, source, trace):
+    """Send `send` to rank `to` while receiving `recv` from rank `source` (isend + recv, then wait)."""
+    request = dist.isend(send.contiguous(), to)
+    dist.recv(recv, source)
+    request.wait()
+    trace.count(send)
+
+
+# ---------------------------------------------------------------------------------------------
+# The two ring phases, shared by all-reduce, reduce-scatter and all-gather.
+
+
+def _reduce_scatter_phase(chunks, origins, rank, world, trace):
+    """N-1 ring steps; afterwards chunk `rank` holds the sum of every rank's chunk `rank`."""
+    right, left = (rank + 1) % world, (rank - 1) % world
+    for step in range(world - 1):
+        send_index, recv_index = (rank - step - 1) % world, (rank - step - 2) % world
+        incoming = torch.empty_like(chunks[recv_index])
+        _exchange(chunks[send_index], incoming, right, left, trace)
+        chunks[recv_index].add_(incoming)
+        # the left neighbour's chunk sums its own data and what it received in the steps before
+        senders = {(rank - 1 - j) % world for j in range(step + 1)}
+        origins[recv_index] = sorted(set(origins[recv_index]) | senders)
+        trace.snapshot("reduce-scatter", chunks, origins, sent=[send_index, right],
+                       received=[recv_index, left])
+
+
+def _all_gather_phase(chunks, origins, rank, world, trace, complete):
+    """N-1 ring steps; afterwards every rank holds every rank's finished chunk.
+
+    `complete(i)` is what chunk i holds once finished (all ranks after a reduce-scatter, rank i alone
+    in a plain all-gather)."""
+    right, left = (rank + 1) % world, (rank - 1) % world
+    for step in range(world - 1):
+        send_index, recv_index = (rank - step) % world, (rank - step - 1) % world
+        _exchange(chunks[send_index], chunks[recv_index], right, left, trace)
+        origins[recv_index] = complete(recv_index)
+        trace.snapshot("all-gather", chunks, origins, sent=[send_index, right], received=[recv_index, left])
+
+
+# ---------------------------------------------------------------------------------------------
+# The collectives.
+
+
+def ring_all_reduce(tensor, trace=None):
+    """All-reduce (SUM) `tensor` in place with NCCL's ring: reduce-scatter then all-gather. Returns it.
+
+    Any size: the flat tensor is cut into world_size chunks, uneven when it does not divide. Each rank
+    sends 2(N-1) chunks, 2(N-1)/N of the tensor. Mirrors nccl/src/device/all_reduce.h (runRing).
+    """
+    _check_tensor(tensor, "tensor")
+    rank, world = process_group()
+    trace = _start(trace, "ring all-reduce", rank, world)
+    flat = tensor.detach().reshape(-1).clone()
+    chunks = list(torch.tensor_split(flat, world))
+    origins = [[rank] for _ in range(world)]
+    trace.snapshot("start", chunks, origins)
+    _reduce_scatter_phase(chunks, origins, rank, world, trace)
+    _all_gather_phase(chunks, origins, rank, world, trace, lambda i: list(range(world)))
+    with torch.no_grad():
+        tensor.copy_(flat.view(tensor.shape))
+    return tensor
+
+
+def _split_rows(tensor, world, what):
+    if tensor.dim() == 0 or tensor.shape[0] % world:
+        size = "a 0-d tensor" if tensor.dim() == 0 else f"dim 0 of size {tensor.shape[0]}"
+        raise CollectiveError(
+            f"{what} has {size}, which does not divide into {world} equal chunks (one per rank), as "
+            f"reduce_scatter_tensor needs; pad dim 0 to a multiple of {world}, or use ring_all_reduce, "
+            f"which accepts any size")
+    return list(torch.tensor_split(tensor, world, dim=0))
+
+
+def ring_reduce_scatter(tensor, trace=None):
+    """Reduce-scatter (SUM) with the ring: returns this rank's chunk of the sum (dim 0 cut in N).
+
+    Like dist.reduce_scatter_tensor(output, tensor): dim 0 must divide by world_size. Each rank sends N-1
+    chunks, (N-1)/N of the tensor. Mirrors nccl/src/device/reduce_scatter.h (runRing).
+    """
+    _check_tensor(tensor, "tensor")
+    rank, world = process_group()
+    trace = _start(trace, "ring reduce-scatter", rank, world)
+    chunks = _split_rows(tensor.detach().clone(memory_format=torch.contiguous_format), world, "tensor")
+    origins = [[rank] for _ in range(world)]
+    trace.snapshot("start", chunks, origins)
+    _reduce_scatter_phase(chunks, origins, rank, world, trace)
+    return chunks[rank].clone()
+
+
+def _row_shapes(chunk, rank, world):
+    """Every rank's chunk shape, gathered around the ring; CollectiveError (on every rank) if they clash."""
+    if chunk.dim() > MAX_DIMS or chunk.dim() == 0:
+        raise CollectiveError(f"chunk must have 1 to {MAX_DIMS} dims, got shape {tuple(chunk.shape)}; "
+                              f"use chunk.reshape(1) for a number")
+    table = torch.full((world, MAX_DIMS + 2), -1, dtype=torch.int64)
+    dtype_index = SUPPORTED_DTYPES.index(chunk.dtype)
+    table[rank, :chunk.dim() + 2] = torch.tensor([dtype_index, chunk.dim(), *chunk.shape])
+    quiet = _NoTrace(values=False)
+    _all_gather_phase(list(table), [[r] for r in range(world)], rank, world, quiet, lambda i: [i])
+    rows = [row.tolist() for row in table]
+    shapes = [tuple(row[2:2 + row[1]]) for row in rows]
+    dtypes = [SUPPORTED_DTYPES[row[0]] for row in rows]
+    if len(set(dtypes)) > 1 or len({s[1:] for s in shapes}) > 1:
+        found = ", ".join(f"rank {r}: {tuple(s)} {str(d).replace('torch.', '')}"
+                          for r, (s, d) in enumerate(zip(shapes, dtypes)))
+        raise CollectiveError(f"the ranks' chunks must share dtype and every dim but the first to be "
+                              f"gathered along dim 0; got {found}")
+    return shapes
+
+
+def ring_all_gather(chunk, trace=None):
+    """All-gather with the ring: every rank's `chunk` concatenated along dim 0 in rank order.
+
+    Like dist.all_gather_into_tensor, but the chunks may differ in dim 0 (their shapes go around the ring
+    first, not counted in bytes_sent). Each rank sends N-1 chunks. Mirrors nccl/src/device/all_gather.h.
+    """
+    _check_tensor(chunk, "chunk")
+    rank, world = process_group()
+    shapes = _row_shapes(chunk, rank, world)
+    trace = _start(trace, "ring all-gather", rank, world)
+    chunks = [chunk.detach().clone() if r == rank else torch.zeros(shape, dtype=chunk.dtype)
+              for r, shape in enumerate(shapes)]
+    origins = [[rank] if r == rank else [] for r in range(world)]
+    trace.snapshot("start", chunks, origins)
+    _all_gather_phase(chunks, origins, rank, world, trace, lambda i: [i])
+    return torch.cat(chunks, dim=0)
+
+
+def _check_chunks(chunks, world):
+    if not isinstance(chunks, (list, tuple)):
+        raise CollectiveError(f"chunks must be a list of {world} tensors (chunk j goes to rank j), "
+                              f"got {type(chunks).__name__}")
+    if len(chunks) != world:
+        raise CollectiveError(f"chunks must hold one tensor per rank ({world}), got {len(chunks)}")
+    for j, chunk in enumerate(chunks):
+        _check_tensor(chunk, f"chunks[{j}]")
+        if chunk.dim() > MAX_DIMS:
+            raise CollectiveError(f"chunks[{j}] has {chunk.dim()} dims; at most {MAX_DIMS} are supported")
+    if len({c.dtype for c in chunks}) > 1:
+        raise CollectiveError(f"chunks must share one dtype, got {sorted({str(c.dtype) for c in chunks})}")
+    return list(chunks)
+
+
+def _shape_message(chunk):
+    message = torch.full((MAX_DIMS + 1,), -1, dtype=torch.int64)
+    message[:chunk.dim() + 1] = torch.tensor([chunk.dim(), *chunk.shape])
+    return message
+
+
+def all_to_all(chunks, trace=None):
+    """All-to-all from pairwise exchanges: rank r sends chunks[j] to rank j; returns the list received
+    (element j from rank j).
+
+    N-1 steps; at step s rank r sends to r+s and receives from r-s (each pair talks once). Chunks may have
+    any sizes (MoE's uneven splits, zero included): each step first sends the chunk's shape. Mirrors the
+    send/recv loop NCCL uses for all-to-all (torch/csrc/cuda/nccl.cpp all2all_single_unequal_split).
+    """
+    rank, world = process_group()
+    chunks = _check_chunks(chunks, world)
+    trace = _start(trace, "all-to-all", rank, world)
+    slots = [c.detach().clone() for c in chunks]
+    origins = [[rank] for _ in range(world)]
+    trace.snapshot("start", slots, origins)
+    for step in range(1, world):
+        to, source = (rank + step) % world, (rank - step) % world
+        shape = torch.empty(MAX_DIMS + 1, dtype=torch.int64)
+        _exchange(_shape_message(chunks[to]), shape, to, source, _NoTrace(values=False))
+        trace.meta_bytes_sent += shape.numel() * shape.element_size()
+        ndim = int(shape[0])
+        incoming = torch.empty(shape[1:1 + ndim].tolist(), dtype=chunks[0].dtype)
+        _exchange(chunks[to], incoming, to, source, trace)
+        slots[source], origins[source] = incoming, [source]
+        trace.snapshot("exchange", slots, origins, sent=[to, to], received=[source, source])
+    return slots
+
+
+# ---------------------------------------------------------------------------------------------
+# Bytes per rank, the formulas.
+
+
+def ring_bytes_per_rank(collective, nbytes, world_size):
+    """Bytes each rank sends in a ring collective on a tensor of `nbytes` (the input of all-reduce and
+    reduce-scatter, the output of all-gather), when it divides evenly: the textbook volumes.
+
+    all-reduce 2(N-1)/N * nbytes; reduce-scatter and all-gather (N-1)/N * nbytes.
+    """
+    factors = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}
+    if collective not in factors:
+        raise CollectiveError(f"collective must be one of {sorted(factors)}, got {collective!r}")
+    return factors[collective] * (world_size - 1) * nbytes / world_size
+
+
+# ---------------------------------------------------------------------------------------------
+# Pictures and text.
+
+
+def _trace_name(snapshots_per_rank):
+    """The collective's name from the first rank's trace (None for bare lists of snapshots)."""
+    first = snapshots_per_rank[0]
+    return first.name if isinstance(first, CollectiveTrace) else (
+        first.get("name") if isinstance(first, dict) else None)
+
+
+def _snapshot_lists(snapshots_per_rank):
+    """Each rank's list of snapshots, from traces, trace dicts or lists of snapshots; checked."""
+    if not isinstance(snapshots_per_rank, (list, tuple)) or not snapshots_per_rank:
+        raise CollectiveError("snapshots_per_rank must be a non-empty list with one entry per rank "
+                              "(a CollectiveTrace, its as_dict(), or its list of snapshots)")
+    lists = []
+    for rank, entry in enumerate(snapshots_per_rank):
+        if isinstance(entry, CollectiveTrace):
+            entry = entry.snapshots
+        elif isinstance(entry, dict):
+            entry = entry.get("snapshots")
+        if not isinstance(entry, (list, tuple)) or not entry or not all(
+                isinstance(s, dict) and "origins" in s and "sizes" in s for s in entry):
+            raise CollectiveError(f"snapshots_per_rank[{rank}] is not a trace: pass what a mirror recorded "
+                                  f"with trace=CollectiveTrace() (its as_dict() from a rank function)")
+        lists.append(list(entry))
+    if len({len(s) for s in lists}) > 1:
+        raise CollectiveError(f"the ranks recorded different numbers of steps {[len(s) for s in lists]}: "
+                              f"pass the traces of one collective, one per rank")
+    return lists
+
+
+def origin_label(origins, world_size):
+    """How a chunk is named in pictures: '0+2' for a partial sum, 'Σ' for the full sum, '-' for empty."""
+    if not origins:
+        return "-"
+    if len(origins) == world_size and world_size > 1 and len(origins) > 1:
+        return "Σ"
+    return "+".join(str(o) for o in origins)
+
+
+def origin_colour(origins, world_size):
+    """An RGB colour for a chunk: each rank its own colour, a partial sum their mix, the full sum grey."""
+    import matplotlib
+
+    palette = matplotlib.colormaps["tab10"]
+    if not origins:
+        return (1.0, 1.0, 1.0)
+    if len(origins) == world_size and world_size > 1:
+        return (0.35, 0.35, 0.35)
+    rgb = [palette(o % 10)[:3] for o in origins]
+    return tuple(sum(c[i] for c in rgb) / len(rgb) for i in range(3))
+
+
+def _step_title(snapshot):
+    if snapshot["phase"] == "start":
+        return "start"
+    return f"{snapshot['step']}: {snapshot['phase']}"
+
+
+def format_collective(snapshots_per_rank, title=None):
+    """The text form of a collective: for every step, what each rank holds ('0+1' sums, 'Σ' all ranks).
+
+    `<` marks the chunk received in that step, with the peer it came from.
+    """
+    lists = _snapshot_lists(snapshots_per_rank)
+    world = len(lists)
+    title = title or _trace_name(snapshots_per_rank)
+    lines = [title] if title else []
+    for step in range(len(lists[0])):
+        lines.append(f"step {_step_title(lists[0][step])}")
+        for rank, snapshots in enumerate(lists):
+            snap = snapshots[step]
+            cells = []
+            for index, (origins, size) in enumerate(zip(snap["origins"], snap["sizes"])):
+                mark = "<" if snap["received"] and snap["received"][0] == index else " "
+                cells.append(f"{origin_label(origins, world):>5}{mark}({size})")
+            note = f"  from rank {snap['received'][1]}" if snap["received"] else ""
+            lines.append(f"  rank {rank}: [" + " | ".join(cells) + "]" + note)
+    return "\n".join(lines)
+
+
+def plot_collective(snapshots_per_rank, title=None):
+    """A grid of what every rank holds (rows) after every step (columns), chunks coloured by origin.
+
+    Each chunk is a box as wide as its size, coloured by the ranks whose data it sums (grey: all of them),
+    labelled '0+1' or 'Σ'; the chunk received in that step has a thick edge. Returns the figure.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    lists = _snapshot_lists(snapshots_per_rank)
+    world, steps = len(lists), len(lists[0])
+    fig, axes = plt.subplots(world, steps, figsize=(1.9 * steps + 0.6, 0.8 * world + 0.8), squeeze=False)
+    for rank, snapshots in enumerate(lists):
+        for step, snap in enumerate(snapshots):
+            ax = axes[rank][step]
+            total = max(sum(snap["sizes"]), 1)
+            left = 0.0
+            for index, (origins, size) in enumerate(zip(snap["origins"], snap["sizes"])):
+                width = size / total
+                received = bool(snap["received"]) and snap["received"][0] == index
+                ax.add_patch(Rectangle((left, 0), width, 1, facecolor=origin_colour(origins, world),
+                                       edgecolor="black", linewidth=2.5 if received else 0.6))
+                if width > 0:
+                    ax.text(left + width / 2, 0.5, origin_label(origins, world), ha="center", va="center",
+                            fontsize=8, color="white" if origins else "black")
+                left += width
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if rank == 0:
+                ax.set_title(_step_title(snap), fontsize=8)
+            if step == 0:
+                ax.set_ylabel(f"rank {rank}", fontsize=8)
+    fig.suptitle(title or _trace_name(snapshots_per_rank) or "collective", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Rank functions.
+
+GLOO_ALTERNATIVES = {
+    "all_reduce(op=ReduceOp.AVG)": "all_reduce with ReduceOp.SUM, then divide by the world size",
+    "reduce_scatter (list form)": "reduce_scatter_tensor (one flat input, dim 0 cut per rank)",
+    "all_to_all (list form)": "all_to_all_single (one tensor, with input/output split sizes)",
+}
+
+
+def _first_line(exc):
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+
+
+def error_texts(cases, catch, describe=str):
+    """Run each of {name: call} on every rank; {name: describe(error)} for the `catch` errors each
+    raises ('no error' for a call that works), after a barrier, so no rank leaves while another is
+    still inside a collective."""
+    found = {}
+    for name, call in cases.items():
+        try:
+            call()
+            found[name] = "no error"
+        except catch as exc:
+            found[name] = describe(exc)
+    dist.barrier()
+    return found
+
+
+def gloo_capability_errors(rank, world_size):
+    """Rank function: try the three collectives gloo does not implement; return {call: error text}.
+
+    The texts teach backend capabilities (NCCL has all three); GLOO_ALTERNATIVES says what to use.
+    A call that unexpectedly works is reported as 'no error'.
+    """
+    calls = {
+        "all_reduce(op=ReduceOp.AVG)": lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.AVG),
+        "reduce_scatter (list form)": lambda: dist.reduce_scatter(
+            torch.empty(2), [torch.ones(2) for _ in range(world_size)]),
+        "all_to_all (list form)": lambda: dist.all_to_all(
+            [torch.empty(2) for _ in range(world_size)], [torch.ones(2) for _ in range(world_size)]),
+    }
+    return error_texts(calls, RuntimeError, _first_line)
+
+
+def example_tensor(rank, shape, seed=0):
+    """Rank `rank`'s input for the checks: standard normal numbers from a generator seeded by rank."""
+    generator = torch.Generator().manual_seed(seed * 1009 + rank)
+    return torch.randn(tuple(shape), generator=generator)
+
+
+def all_to_all_splits(world_size):
+    """Rows rank r sends to rank j in the all-to-all check: (r + 2j) % 4, uneven, zero included."""
+    return [[(r + 2 * j) % 4 for j in range(world_size)] for r in range(world_size)]
+
+
+def all_to_all_input(rank, world_size, cols=3, seed=0):
+    """Rank `rank`'s all-to-all chunks (chunk j for rank j), with all_to_all_splits rows each."""
+    rows = sum(all_to_all_splits(world_size)[rank])
+    splits = all_to_all_splits(world_size)[rank]
+    return list(torch.split(example_tensor(rank, (sum(splits), cols), seed + 7), splits))
+
+
+def _hostile(rank, world_size):
+    """Bad input inside a process group: the error each mirror raises (same on every rank)."""
+    cases = {
+        "reduce_scatter not divisible": lambda: ring_reduce_scatter(torch.ones(world_size + 1)),
+        "all_gather shapes differ": lambda: ring_all_gather(torch.ones(2, 2 + rank)),
+        "all_to_all wrong count": lambda: all_to_all([torch.ones(1)] * (world_size + 1)),
+        "all_reduce bool": lambda: ring_all_reduce(torch.ones(3, dtype=torch.bool)),
+    }
+    return error_texts(cases, CollectiveError)
+
+
+def _all_reduce_pair(rank, world_size, numel, seed):
+    data = example_tensor(rank, (numel,), seed)
+    trace = CollectiveTrace()
+    mirror = ring_all_reduce(data.clone(), trace=trace)
+    stock = data.clone()
+    dist.all_reduce(stock)
+    return {"input": data, "mirror": mirror, "stock": stock, "trace": trace.as_dict()}
+
+
+def _reduce_scatter_pair(rank, world_size, rows, cols, seed):
+    data = example_tensor(rank, (cols, world_size * rows), seed + 1).t()  # not contiguous, on purpose
+    trace = CollectiveTrace()
+    mirror = ring_reduce_scatter(data, trace=trace)
+    stock = torch.empty(rows, cols)
+    dist.reduce_scatter_tensor(stock, data.contiguous())
+    return {"input": data, "mirror": mirror, "stock": stock, "trace": trace.as_dict()}
+
+
+def _all_gather_pair(rank, world_size, rows, cols, seed):
+    data = example_tensor(rank, (rows, cols), seed + 2)
+    trace = CollectiveTrace()
+    mirror = ring_all_gather(data, trace=trace)
+    stock = torch.empty(world_size * rows, cols)
+    dist.all_gather_into_tensor(stock, data.clone())
+    uneven_data = example_tensor(rank, (rank + 1, cols), seed + 3)
+    uneven_trace = CollectiveTrace()
+    uneven = ring_all_gather(uneven_data, trace=uneven_trace)
+    return {"input": data, "mirror": mirror, "stock": stock, "trace": trace.as_dict(),
+            "uneven_input": uneven_data, "uneven_mirror": uneven, "uneven_trace": uneven_trace.as_dict()}
+
+
+def _all_to_all_pair(rank, world_size, cols, seed):
+    chunks = all_to_all_input(rank, world_size, cols, seed)
+    trace = CollectiveTrace()
+    mirror = all_to_all(chunks, trace=trace)
+    splits = all_to_all_splits(world_size)
+    received = [splits[j][rank] for j in range(world_size)]
+    stock = torch.empty(sum(received), cols)
+    dist.all_to_all_single(stock, torch.cat(chunks), output_split_sizes=received,
+                           input_split_sizes=splits[rank])
+    return {"input": chunks, "mirror": mirror, "stock": list(torch.split(stock, received)),
+            "trace": trace.as_dict()}
+
+
+def collectives_check(rank, world_size, numel=10, rows=2, cols=3, seed=0, errors=True):
+    """Rank function: every mirror next to the stock collective on the same data, for one launch.
+
+    Returns {'all_reduce', 'reduce_scatter', 'all_gather', 'all_to_all': {input, mirror, stock, trace}
+    (all_gather also with uneven chunks, mirror only), 'hostile': {case: error text}, and, when `errors`,
+    'gloo_errors': gloo_capability_errors' texts}. Inputs come from example_tensor, so the caller can
+    rebuild every rank's data and compute the one-process answer.
+    """
+    result = {"rank": rank, "world_size": world_size,
+              "all_reduce": _all_reduce_pair(rank, world_size, numel, seed),
+              "all_reduce_even": _all_reduce_pair(rank, world_size, world_size * 4, seed + 11),
+              "reduce_scatter": _reduce_scatter_pair(rank, world_size, rows, cols, seed),
+              "all_gather": _all_gather_pair(rank, world_size, rows, cols, seed),
+              "all_to_all": _all_to_all_pair(rank, world_size, cols, seed),
+              "hostile": _hostile(rank, world_size)}
+    if errors:
+        result["gloo_errors"] = gloo_capability_errors(rank, world_size)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# The launch's results as one table.
+
+
+def _largest(pairs):
+    """max |a - b| over (a, b) pairs of tensors or of lists of tensors."""
+    worst = 0.0
+    for a, b in pairs:
+        a, b = (a, b) if isinstance(a, (list, tuple)) else ([a], [b])
+        for x, y in zip(a, b):
+            if x.numel():
+                worst = max(worst, float((x - y).abs().max()))
+    return worst
+
+
+def _gap(value):
+    """A difference as printed in tables: 0 when exact, else one significant digit."""
+    return "0" if value == 0 else f"{value:.0e}"
+
+
+def _one_process_answers(results):
+    """What one process computes from every rank's inputs, per rank, for each collective."""
+    world = len(results)
+    total = sum(r["all_reduce"]["input"] for r in results)
+    rs_total = sum(r["reduce_scatter"]["input"] for r in results)
+    rows = rs_total.shape[0] // world
+    gathered = torch.cat([r["all_gather"]["input"] for r in results])
+    return {"all_reduce": [total] * world,
+            "reduce_scatter": [rs_total[i * rows:(i + 1) * rows] for i in range(world)],
+            "all_gather": [gathered] * world,
+            "all_to_all": [[results[j]["all_to_all"]["input"][i] for j in range(world)] for i in range(world)]}
+
+
+def check_table(results):
+    """A Table from collectives_check's results (one per rank): for each collective, the mirror's
+    largest difference from the stock op and from one process's answer, and the bytes each rank sent
+    against ring_bytes_per_rank's formula."""
+    from ortlab.viz import Table
+
+    if not isinstance(results, (list, tuple)) or not results or not all(isinstance(r, dict) for r in results):
+        raise CollectiveError("check_table takes the list launch(collectives_check, N) returned")
+    world, answers, rows = len(results), _one_process_answers(results), []
+    for op in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all"):
+        mirrors = [r[op]["mirror"] for r in results]
+        vs_stock = _largest((m, r[op]["stock"]) for m, r in zip(mirrors, results))
+        vs_one = _largest(zip(mirrors, answers[op]))
+        sent = sorted({r[op]["trace"]["bytes_sent"] for r in results})
+        size = {"all_reduce": results[0][op]["input"], "reduce_scatter": results[0][op]["input"],
+                "all_gather": results[0][op]["stock"]}.get(op)
+        formula = "" if size is None else f"{ring_bytes_per_rank(op, size.numel() * size.element_size(), world):g}"
+        rows.append((op, _gap(vs_stock), _gap(vs_one), "/".join(map(str, sent)), formula))
+    return Table(("collective", "mirror vs stock", "mirror vs one process", "bytes sent per rank",
+                  "ring formula"), rows)

@@ -1,0 +1,492 @@
+"""A mixture-of-experts layer (GShard / Switch Transformer style) whose experts live on different ranks.
+
+Mirrors the expert-parallel MoE of GShard (Lepikhin et al. 2020, algorithm 1: top-2 gating, expert
+capacity, first choices placed before second choices), the Switch Transformer (Fedus et al. 2021: top-1,
+capacity_factor, the load-balancing loss) and the token dispatcher of Megatron-Core
+(megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher) and DeepSpeed
+(deepspeed/moe/sharded_moe.py, _AllToAll):
+
+- a softmax router picks k experts per token (k=1 or 2) and a gate weight for each choice;
+- each expert takes at most `capacity = ceil(k * tokens * capacity_factor / experts)` tokens of this
+  rank's batch; later assignments (second choices after all first choices, then token order) are dropped
+  and counted;
+- rank r holds experts [r*E/W, (r+1)*E/W). The kept tokens, sorted by expert, are sent to the expert's rank
+  with `dist.all_to_all_single`: the per-expert counts are exchanged first (an all_to_all of E numbers), so
+  every rank knows its uneven input and output split sizes; the results come back through the reverse
+  all_to_all and are combined, weighted by the gates;
+- the exchange is an autograd Function whose backward is the reverse all_to_all, so gradients reach the
+  tokens' ranks (and the experts receive the gradients of every rank's tokens).
+
+`MoE` is the one-process reference holding every expert; `DistributedMoE` is built from it. `moe_check`
+is the rank function that trains both on the same tokens and returns what the tests and notebook compare.
+"""
+import copy
+import math
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from ortlab.distributed.group import rank_and_world_size
+from ortlab.errors import OrtlabError
+from ortlab.viz.tables import Table, within
+
+
+class MoEError(OrtlabError):
+    """A mixture-of-experts layer got a setting or an input it cannot use: say what and what to do."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Routing.
+
+
+def expert_capacity(num_tokens, num_experts, k, capacity_factor):
+    """How many tokens one expert takes from a group of `num_tokens`: ceil(k * tokens * factor / experts)."""
+    for value, what in ((num_tokens, "num_tokens"), (num_experts, "num_experts"), (k, "k")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if what == "num_tokens" else 1):
+            raise MoEError(f"{what} must be a {'non-negative' if what == 'num_tokens' else 'positive'} int, "
+                           f"got {value!r}")
+    if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float)) or not capacity_factor > 0:
+        raise MoEError(f"capacity_factor must be a positive number, got {capacity_factor!r}")
+    return max(1, math.ceil(k * num_tokens * capacity_factor / num_experts))
+
+
+class Routing:
+    """Where each token of one group goes: expert (N, k), gate (N, k), position (N, k), kept (N, k).
+
+    `position` is the token's slot in its expert's buffer (first choices first, then in token order);
+    an assignment is kept when its position is below `capacity`. `aux_loss` is the Switch Transformer's
+    load-balancing loss E * sum_e f_e P_e (f_e: share of first choices on e, P_e: mean router probability).
+    """
+
+    def __init__(self, expert, gate, position, capacity, num_experts, aux_loss):
+        self.expert, self.gate, self.position = expert, gate, position
+        self.capacity, self.num_experts, self.aux_loss = capacity, num_experts, aux_loss
+        self.kept = position < capacity
+
+    def tokens_per_expert(self):
+        """The kept assignments per expert: a list of E ints (each at most capacity)."""
+        return torch.bincount(self.expert[self.kept], minlength=self.num_experts).tolist()
+
+    def wanted_per_expert(self):
+        """The assignments per expert before the capacity cut."""
+        return torch.bincount(self.expert.reshape(-1), minlength=self.num_experts).tolist()
+
+    @property
+    def dropped(self):
+        """How many (token, choice) assignments the capacity cut dropped."""
+        return int((~self.kept).sum())
+
+    @property
+    def dropped_tokens(self):
+        """How many tokens lost every choice (their MoE output is zero)."""
+        return int((~self.kept).all(dim=-1).sum())
+
+    def assignments(self):
+        """The kept assignments sorted by expert, then position: (token, choice, expert) index tensors."""
+        token, choice = self.kept.nonzero(as_tuple=True)
+        expert, position = self.expert[token, choice], self.position[token, choice]
+        order = torch.argsort(expert * (self.capacity + 1) + position)
+        return token[order], choice[order], expert[order]
+
+    def __repr__(self):
+        return (f"Routing(tokens={self.expert.shape[0]}, k={self.expert.shape[1]}, capacity={self.capacity}, "
+                f"per expert={self.tokens_per_expert()}, dropped={self.dropped})")
+
+
+def route(logits, k, capacity):
+    """Top-k softmax routing of one group's tokens, with GShard's capacity rule: a Routing.
+
+    k=1 uses the top probability as the gate (Switch); k=2 renormalises the two gates to sum to 1 (GShard).
+    """
+    num_tokens, num_experts = logits.shape
+    probs = torch.softmax(logits, dim=-1)
+    top_p, expert = probs.topk(k, dim=-1)
+    gate = top_p if k == 1 else top_p / top_p.sum(dim=-1, keepdim=True)
+    one_hot = F.one_hot(expert, num_experts)                          # (N, k, E)
+    choice_major = one_hot.transpose(0, 1).reshape(k * num_tokens, num_experts)
+    slots = torch.cumsum(choice_major, dim=0) - 1                      # slot of each assignment, per expert
+    position = (slots * choice_major).sum(dim=-1).reshape(k, num_tokens).transpose(0, 1)
+    first_share = one_hot[:, 0].float().mean(dim=0)
+    aux_loss = num_experts * (first_share * probs.mean(dim=0)).sum()
+    return Routing(expert, gate, position, capacity, num_experts, aux_loss)
+
+
+# ---------------------------------------------------------------------------------------------
+# Modules.
+
+
+class Expert(nn.Module):
+    """One expert: a feed-forward block fc1, GELU, fc2."""
+
+    def __init__(self, d_model, d_hidden):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_hidden)
+        self.fc2 = nn.Linear(d_hidden, d_model)
+
+    def forward(self, x):
+        """fc2(gelu(fc1(x)))."""
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+def _check_settings(d_model, d_hidden, num_experts, k, capacity_factor):
+    for value, what in ((d_model, "d_model"), (d_hidden, "d_hidden"), (num_experts, "num_experts"), (k, "k")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise MoEError(f"{what} must be a positive int, got {value!r}")
+    if k not in (1, 2):
+        raise MoEError(f"k must be 1 (Switch) or 2 (GShard), got {k}")
+    if k > num_experts:
+        raise MoEError(f"k={k} choices need at least {k} experts, got num_experts={num_experts}")
+    if (isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float))
+            or not math.isfinite(capacity_factor) or capacity_factor <= 0):
+        raise MoEError(f"capacity_factor must be a positive finite number (1.0-2.0 is usual), "
+                       f"got {capacity_factor!r}")
+
+
+def _tokens(x, d_model):
+    """x (..., d_model) as (tokens, d_model), checked."""
+    if not isinstance(x, torch.Tensor):
+        raise MoEError(f"the MoE input must be a torch.Tensor (..., d_model), got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise MoEError(f"the MoE input must be a floating-point tensor, got {x.dtype}")
+    if x.dim() < 2 or x.shape[-1] != d_model or x.numel() == 0:
+        raise MoEError(f"the MoE input must have shape (..., {d_model}) with at least one token, "
+                       f"got {tuple(x.shape)}")
+    if not torch.isfinite(x).all():
+        raise MoEError("the MoE input holds NaN or inf: the router's top-k of a NaN is meaningless; "
+                       "check the layer before the MoE")
+    return x.reshape(-1, d_model)
+
+
+class MoE(nn.Module):
+    """The one-process reference: a router and every expert here; one call routes one group of tokens.
+
+    forward(x) maps (..., d_model) to the same shape; `last_routing` keeps the Routing of the last call.
+    """
+
+    def __init__(self, d_model, d_hidden, num_experts, k=1, capacity_factor=1.25):
+        super().__init__()
+        _check_settings(d_model, d_hidden, num_experts, k, capacity_factor)
+        self.d_model, self.num_experts, self.k = d_model, num_experts, k
+        self.capacity_factor = float(capacity_factor)
+        self.router = nn.Linear(d_model, num_experts, bias=False)
+        self.experts = nn.ModuleList(Expert(d_model, d_hidden) for _ in range(num_experts))
+        self.last_routing = None
+
+    def forward(self, x):
+        """Route, run each expert on its kept tokens, sum the gated results per token."""
+        tokens = _tokens(x, self.d_model)
+        capacity = expert_capacity(tokens.shape[0], self.num_experts, self.k, self.capacity_factor)
+        routing = route(self.router(tokens), self.k, capacity)
+        self.last_routing = routing
+        token, choice, expert = routing.assignments()
+        pieces = [self.experts[e](tokens[token[expert == e]]) for e in range(self.num_experts)]
+        weighted = torch.cat(pieces) * routing.gate[token, choice].unsqueeze(-1)
+        return torch.zeros_like(tokens).index_add(0, token, weighted).reshape(x.shape)
+
+    def __repr__(self):
+        return (f"MoE(d_model={self.d_model}, experts={self.num_experts}, k={self.k}, "
+                f"capacity_factor={self.capacity_factor})")
+
+
+class AllToAll(torch.autograd.Function):
+    """dist.all_to_all_single with split sizes forward; the reverse all_to_all (splits swapped) backward."""
+
+    @staticmethod
+    def forward(ctx, x, output_splits, input_splits, group):
+        ctx.splits, ctx.group = (output_splits, input_splits), group
+        out = x.new_empty((sum(output_splits),) + tuple(x.shape[1:]))
+        dist.all_to_all_single(out, x.contiguous(), output_splits, input_splits, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        output_splits, input_splits = ctx.splits
+        out = grad.new_empty((sum(input_splits),) + tuple(grad.shape[1:]))
+        dist.all_to_all_single(out, grad.contiguous(), input_splits, output_splits, group=ctx.group)
+        return out, None, None, None
+
+
+def all_to_all(x, output_splits, input_splits, group=None):
+    """Send rows input_splits[j] of x to rank j and receive output_splits[j] rows from it (autograd-aware)."""
+    return AllToAll.apply(x, list(output_splits), list(input_splits), group)
+
+
+class DistributedMoE(nn.Module):
+    """The MoE with its experts split across ranks: rank r keeps experts [r*E/W, (r+1)*E/W) of `moe`.
+
+    The router is replicated (all-reduce its gradient as data parallelism does, see `sync_router_grads`).
+    forward(x) routes this rank's tokens, exchanges them with two all_to_all_single calls (dispatch and
+    combine) and returns the same shape. `last_routing` / `last_exchange` describe the last call.
+    """
+
+    def __init__(self, moe, rank=None, world_size=None, group=None):
+        super().__init__()
+        if not isinstance(moe, MoE):
+            raise MoEError(f"DistributedMoE is built from an ortlab MoE (the full layer to split), "
+                           f"got {type(moe).__name__}")
+        rank, world_size = rank_and_world_size(rank, world_size, MoEError, group)
+        if moe.num_experts % world_size:
+            raise MoEError(f"num_experts ({moe.num_experts}) is not divisible by world_size ({world_size}): "
+                           f"each rank holds the same number of experts; use a multiple of {world_size}")
+        self.rank, self.world_size, self.group = rank, world_size, group
+        self.d_model, self.num_experts, self.k = moe.d_model, moe.num_experts, moe.k
+        self.capacity_factor = moe.capacity_factor
+        self.local_experts = moe.num_experts // world_size
+        self.first_expert = rank * self.local_experts
+        self.router = copy.deepcopy(moe.router)
+        self.experts = nn.ModuleList(copy.deepcopy(moe.experts[self.first_expert + i])
+                                     for i in range(self.local_experts))
+        self.last_routing, self.last_exchange = None, None
+
+    def _exchange_counts(self, expert):
+        """Per-expert counts out (E,) and in (world, local experts), via an all_to_all of E numbers."""
+        send_counts = torch.bincount(expert, minlength=self.num_experts)
+        recv_counts = torch.empty_like(send_counts)
+        dist.all_to_all_single(recv_counts, send_counts, group=self.group)
+        return send_counts, recv_counts.reshape(self.world_size, self.local_experts)
+
+    def _run_experts(self, received, recv_counts):
+        """Apply the local experts to the received rows (ordered by source rank, then expert)."""
+        local = torch.arange(self.local_experts).repeat(self.world_size)
+        which = torch.repeat_interleave(local, recv_counts.reshape(-1))
+        order = torch.argsort(which, stable=True)
+        pieces = [self.experts[e](received[order[which[order] == e]]) for e in range(self.local_experts)]
+        return torch.cat(pieces)[torch.argsort(order)]
+
+    def forward(self, x):
+        """Route locally, dispatch by all_to_all, run the local experts, combine by the reverse all_to_all."""
+        tokens = _tokens(x, self.d_model)
+        capacity = expert_capacity(tokens.shape[0], self.num_experts, self.k, self.capacity_factor)
+        routing = route(self.router(tokens), self.k, capacity)
+        token, choice, expert = routing.assignments()
+        send_counts, recv_counts = self._exchange_counts(expert)
+        input_splits = send_counts.reshape(self.world_size, self.local_experts).sum(dim=1).tolist()
+        output_splits = recv_counts.sum(dim=1).tolist()
+        received = all_to_all(tokens[token], output_splits, input_splits, self.group)
+        processed = self._run_experts(received, recv_counts)
+        returned = all_to_all(processed, input_splits, output_splits, self.group)
+        weighted = returned * routing.gate[token, choice].unsqueeze(-1)
+        self.last_routing = routing
+        self.last_exchange = {"input_splits": input_splits, "output_splits": output_splits,
+                              "received_per_expert": recv_counts.sum(dim=0).tolist()}
+        return torch.zeros_like(tokens).index_add(0, token, weighted).reshape(x.shape)
+
+    def sync_router_grads(self):
+        """All-reduce (SUM) the replicated router's gradient, as data parallelism does for shared weights."""
+        for p in self.router.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad, group=self.group)
+
+    def __repr__(self):
+        last = self.first_expert + self.local_experts - 1
+        return (f"DistributedMoE(d_model={self.d_model}, experts {self.first_expert}..{last} of "
+                f"{self.num_experts} on rank {self.rank}/{self.world_size}, k={self.k}, "
+                f"capacity_factor={self.capacity_factor})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Routing table and plot.
+
+
+def routing_table(per_rank):
+    """A text table of tokens per expert per rank: `per_rank` is a list of dicts with 'tokens_per_expert'
+    and 'dropped' (what moe_check returns as 'routing' per rank)."""
+    experts = len(per_rank[0]["tokens_per_expert"])
+    header = ["rank"] + [f"expert {e}" for e in range(experts)] + ["dropped"]
+    rows = [[str(r)] + [str(n) for n in stats["tokens_per_expert"]] + [str(stats["dropped"])]
+            for r, stats in enumerate(per_rank)]
+    totals = [sum(s["tokens_per_expert"][e] for s in per_rank) for e in range(experts)]
+    rows.append(["all"] + [str(n) for n in totals] + [str(sum(s["dropped"] for s in per_rank))])
+    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
+    lines = [" | ".join(c.rjust(w) for c, w in zip(row, widths)) for row in [header] + rows]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def plot_routing(per_rank, ax=None):
+    """Stacked bars: tokens each expert received from each rank, and the dropped assignments. Returns ax."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(5, 3))[1]
+    experts = len(per_rank[0]["tokens_per_expert"])
+    bottom = [0] * experts
+    for r, stats in enumerate(per_rank):
+        ax.bar(range(experts), stats["tokens_per_expert"], bottom=bottom, label=f"from rank {r}")
+        bottom = [b + n for b, n in zip(bottom, stats["tokens_per_expert"])]
+    ax.set_xticks(range(experts))
+    ax.set_xlabel("expert")
+    ax.set_ylabel("tokens")
+    ax.set_title(f"tokens per expert (dropped: {sum(s['dropped'] for s in per_rank)})")
+    ax.legend()
+    return ax
+
+
+# ---------------------------------------------------------------------------------------------
+# Rank function.
+
+CONFIGS = ({"num_experts": 2, "k": 1, "capacity_factor": 1.0},
+           {"num_experts": 4, "k": 2, "capacity_factor": 1.0},
+           # a router of zeros: every token ties, top-k picks expert 0, rank 1 receives nothing at first
+           {"num_experts": 2, "k": 1, "capacity_factor": 1.0, "zero_router": True})
+
+
+def _batch(world_size, tokens, d_model, seed):
+    """Every rank's tokens and targets (the same on every rank), skewed per rank so routing differs."""
+    generator = torch.Generator().manual_seed(seed)
+    data = torch.randn(world_size, tokens, d_model, generator=generator)
+    data += torch.arange(world_size).reshape(-1, 1, 1) * torch.linspace(-1, 1, d_model)
+    return data, torch.randn(world_size, tokens, d_model, generator=generator)
+
+
+def _loss(out, target, aux, total_tokens, world_size, aux_weight):
+    return ((out - target) ** 2).sum() / total_tokens + aux_weight * aux / world_size
+
+
+def _max_diff(a, b):
+    return (a.detach() - b.detach()).abs().max().item() if a.numel() else 0.0
+
+
+def _reference_step(moe, data, target, aux_weight):
+    """One-process step: each rank's tokens routed as its own group; grads of the summed loss."""
+    world_size, tokens = data.shape[:2]
+    x = data.clone().requires_grad_(True)
+    outs, routings, loss = [], [], 0.0
+    for src in range(world_size):
+        outs.append(moe(x[src]))
+        routings.append(moe.last_routing)
+        loss = loss + _loss(outs[-1], target[src], moe.last_routing.aux_loss, world_size * tokens, world_size,
+                            aux_weight)
+    loss.backward()
+    return torch.stack(outs), x.grad, routings, loss.item()
+
+
+def _counting_all_to_all(original, calls):
+    """A stand-in for dist.all_to_all_single that records the rows each call sends, then calls it."""
+    def counting(output, tensor, *args, **kwargs):
+        calls.append(tensor.shape[0])
+        return original(output, tensor, *args, **kwargs)
+
+    return counting
+
+
+def _distributed_step(layer, data, target, aux_weight):
+    """One expert-parallel step on this rank's group; counts the all_to_all_single calls each way."""
+    world_size, tokens = data.shape[:2]
+    x = data[layer.rank].clone().requires_grad_(True)
+    forward_calls, backward_calls = [], []
+    original = dist.all_to_all_single
+    dist.all_to_all_single = _counting_all_to_all(original, forward_calls)
+    try:
+        out = layer(x)
+        loss = _loss(out, target[layer.rank], layer.last_routing.aux_loss, world_size * tokens, world_size,
+                     aux_weight)
+        dist.all_to_all_single = _counting_all_to_all(original, backward_calls)
+        loss.backward()
+    finally:
+        dist.all_to_all_single = original
+    layer.sync_router_grads()
+    total = torch.tensor([loss.item()])
+    dist.all_reduce(total)
+    return out, x.grad, total.item(), {"forward": len(forward_calls), "backward": len(backward_calls)}
+
+
+def _compare(layer, reference, prefix):
+    """Largest differences of the local layer's tensors (`prefix` 'grad' or 'data') from the reference's."""
+    def value(p):
+        return p.grad if prefix == "grad" else p
+
+    diffs = {"router": _max_diff(value(layer.router.weight), value(reference.router.weight))}
+    for i, expert in enumerate(layer.experts):
+        full = reference.experts[layer.first_expert + i]
+        for (name, p), q in zip(expert.named_parameters(), full.parameters()):
+            diffs[f"experts.{layer.first_expert + i}.{name}"] = _max_diff(value(p), value(q))
+    return diffs
+
+
+def _check_config(rank, world_size, config, d_model, d_hidden, tokens, steps, lr, seed, aux_weight):
+    torch.manual_seed(seed)
+    settings = {key: value for key, value in config.items() if key != "zero_router"}
+    reference = MoE(d_model, d_hidden, **settings)
+    if config.get("zero_router"):
+        nn.init.zeros_(reference.router.weight)
+    layer = DistributedMoE(reference, rank, world_size)
+    data, target = _batch(world_size, tokens, d_model, seed)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=lr)
+    opt = torch.optim.SGD(layer.parameters(), lr=lr)
+    record = {"config": dict(config), "steps": []}
+    local = range(layer.first_expert, layer.first_expert + layer.local_experts)
+    for step in range(steps):
+        ref_opt.zero_grad()
+        opt.zero_grad()
+        ref_out, ref_x_grad, routings, ref_loss = _reference_step(reference, data, target, aux_weight)
+        out, x_grad, loss, calls = _distributed_step(layer, data, target, aux_weight)
+        mine = routings[rank]
+        record["steps"].append({
+            "loss": loss, "reference_loss": ref_loss,
+            "out": _max_diff(out, ref_out[rank]), "x_grad": _max_diff(x_grad, ref_x_grad[rank]),
+            "grads": _compare(layer, reference, "grad"),
+            "tokens_per_expert": layer.last_routing.tokens_per_expert(),
+            "reference_tokens_per_expert": mine.tokens_per_expert(),
+            "wanted_per_expert": layer.last_routing.wanted_per_expert(),
+            "dropped": layer.last_routing.dropped, "reference_dropped": mine.dropped,
+            "dropped_tokens": layer.last_routing.dropped_tokens, "capacity": layer.last_routing.capacity,
+            "exchange": dict(layer.last_exchange), "all_to_all_calls": calls,
+            "reference_received": [sum(r.tokens_per_expert()[e] for r in routings) for e in local],
+        })
+        ref_opt.step()
+        opt.step()
+    record["weights"] = _compare(layer, reference, "data")
+    record["routing"] = {"tokens_per_expert": record["steps"][0]["tokens_per_expert"],
+                         "dropped": record["steps"][0]["dropped"]}
+    record["repr"] = repr(layer)
+    return record
+
+
+def moe_check(rank, world_size, configs=CONFIGS, d_model=8, d_hidden=16, tokens=12, steps=2, lr=0.1, seed=0,
+              aux_weight=0.01):
+    """Rank function: train the expert-parallel MoE next to the one-process MoE on the same tokens.
+
+    For each config (num_experts, k, capacity_factor; zero_router=True starts from a router of zeros, so
+    every token goes to expert 0 and some split sizes are 0) every rank builds the same reference MoE and batch
+    (world_size groups of `tokens` tokens), trains the reference on all groups and its DistributedMoE on
+    group `rank`, and returns per step the largest differences of outputs, input gradients and parameter
+    gradients (router all-reduced, local experts), tokens per expert, dropped assignments and the
+    all_to_all split sizes; then the differences of the updated weights.
+    """
+    return [_check_config(rank, world_size, config, d_model, d_hidden, tokens, steps, lr, seed, aux_weight)
+            for config in configs]
+
+
+# ---------------------------------------------------------------------------------------------
+# The launch's results as one table.
+
+
+
+def _config_name(config):
+    extra = ", router of zeros" if config.get("zero_router") else ""
+    return f"{config['num_experts']} experts, top-{config['k']}, capacity x{config['capacity_factor']:g}{extra}"
+
+
+def check_table(results):
+    """A Table from moe_check's results (one list of per-setting records per rank): for each setting, the
+    largest difference from the one-process MoE over ranks and steps (output, input gradient, parameter
+    gradients, weights after training), whether tokens per expert and drops equal the reference's, and
+    what rank 0 sent to each rank in the first step (the uneven all_to_all_single splits)."""
+    if not isinstance(results, (list, tuple)) or not results or not all(isinstance(r, list) for r in results):
+        raise MoEError("check_table takes the list launch(moe_check, N) returned")
+    rows = []
+    for index, record in enumerate(results[0]):
+        per_rank = [r[index] for r in results]
+        steps = [s for rec in per_rank for s in rec["steps"]]
+        same_routing = all(s["tokens_per_expert"] == s["reference_tokens_per_expert"]
+                           and s["dropped"] == s["reference_dropped"] for s in steps)
+        rows.append((_config_name(record["config"]),
+                     within(max(s["out"] for s in steps)), within(max(s["x_grad"] for s in steps)),
+                     within(max(max(s["grads"].values()) for s in steps)),
+                     within(max(max(rec["weights"].values()) for rec in per_rank)),
+                     "yes" if same_routing else "NO",
+                     str(record["steps"][0]["exchange"]["input_splits"])))
+    return Table(("setting", "output", "input grad", "grads", "weights after", "routing equal",
+                  "rank 0 sends (step 1)"), rows)

@@ -1,0 +1,739 @@
+"""ORTModule's optional features switched on one at a time, each against the same model trained in
+PyTorch (seed 001's features 1-6, issue 20): what ORT 1.19.2 does to the graph, and whether the
+losses still equal PyTorch's.
+
+    recompute(...)                    0. ORTMODULE_MEMORY_OPT_LEVEL=1: '*_recompute' nodes, losses unchanged
+    mem_efficient_grad_fix()          context manager: the one-line fix for MEM_EFFICIENT_GRAD_MGMT's crash
+    mem_efficient_grad(...)           1. ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT: the crash, then the graph
+    custom_autograd(...)              2. a torch.autograd.Function as PythonOp, and silently inlined when off
+    checkpointing(...)                3. torch.utils.checkpoint: the four paths through ORTModule
+    label_sparsity(...)               4. labels full of ignore_index: ShrunkenGather before the LM head
+    sparsity_switches(...)            4. which ORTMODULE_* variables really switch label sparsity off
+    embedding_sparsity(...)           5. padded input ids: ORT's own density check; why CPU stops there
+    efficient_attention(...)          6. ORT's ATen efficient-attention rewrite applied by hand on CPU
+    compare_feature(name, **kwargs)   any of the above by name (FEATURES)
+
+Every helper returns a FeatureComparison: the ORTModule runs by label, PyTorch's losses for the same
+model and batches, the largest loss difference, and changes() (ortmodule.graph_changes over ORT's
+own execution-model dumps). Mirrors orttraining/orttraining/python/training/ortmodule/
+(_graph_transition_manager.py, _mem_efficient_grad_mgmt.py, _custom_autograd_function.py,
+__init__.py's checkpoint override, _runtime_inspector.py, graph_optimizers/_aten_attn.py).
+"""
+import contextlib
+import copy
+import inspect
+import logging
+import math
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from ortlab.capture import captured_lines
+from ortlab.env import quiet_import
+from ortlab.errors import OrtlabError
+from ortlab.models import TinyGPT, WithLossModule, get as get_model
+from ortlab.training import feature_models as fm
+from ortlab.training.loop import train as torch_train
+from ortlab.training.ortmodule import OrtModuleError, captured_logs, graph_changes, op_counts, train
+
+TOLERANCE = 1e-5  # |ORT loss - PyTorch loss| allowed at every step (float32, 2-3 SGD steps)
+LR = 0.05
+STRICT = {"FALLBACK_POLICY": "FALLBACK_DISABLE"}  # a feature that fails must fail, not fall back
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+GPU_EMBEDDING_COMMAND = (
+    "ORTMODULE_ENABLE_EMBEDDING_SPARSE_OPTIMIZER=1 python train.py  # on a CUDA build, model.to('cuda'): "
+    "look for 'Embedding sparsity-based optimization is ON' and FlattenAndUnpad/PadAndUnflatten in "
+    "the *_execution_model_training.onnx dump (DebugOptions(save_onnx=True))")
+GPU_ATTENTION_COMMAND = (
+    "ORTMODULE_USE_EFFICIENT_ATTENTION=1 python train.py  # on a CUDA build (sm >= 50), model.to('cuda'): "
+    "the optimizer registered for 'cuda' rewrites Div/Add/Softmax into ATen _efficient_attention_forward")
+
+
+class FeatureError(OrtlabError):
+    """A feature helper was given something it cannot use (unknown feature, wrong type, bad range)."""
+
+
+@dataclass
+class FeatureComparison:
+    """One ORTModule feature, switched on and compared with PyTorch on the same model and batches.
+
+    runs: {label: OrtModuleRun} in order; `main` names the run where the feature is at work.
+    errors: {label: message} for paths that fail on purpose (ORT's pinned bugs, CPU-only limits).
+    graphs: {label: onnx.ModelProto} that changes() tabulates (ORT's execution-model dumps by default).
+    facts: plain data the feature is about (graph inputs, densities, node placement...).
+    """
+
+    feature: str
+    setting: str
+    torch_losses: list
+    runs: dict
+    main: str
+    errors: dict = field(default_factory=dict)
+    graphs: dict = field(default_factory=dict)
+    facts: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+    tolerance: float = TOLERANCE
+    references: dict = field(default_factory=dict)  # {label: PyTorch losses} where a run has its own batches
+
+    @property
+    def before(self):
+        """The first run (usually the feature off)."""
+        return next(iter(self.runs.values())) if self.runs else None
+
+    @property
+    def after(self):
+        """The run where the feature is at work."""
+        return self.runs.get(self.main)
+
+    def loss_diff(self, label=None):
+        """max |ORT loss - PyTorch loss| over the steps of run `label` (default: the main run)."""
+        label = self.main if label is None else label
+        if label not in self.runs:
+            raise FeatureError(f"no run {label!r} in this comparison; runs: {', '.join(self.runs) or 'none'}")
+        reference = self.references.get(label, self.torch_losses)
+        return max(abs(a - b) for a, b in zip(self.runs[label].losses, reference))
+
+    @property
+    def max_loss_diff(self):
+        """max |ORT loss - PyTorch loss| of the main run."""
+        return self.loss_diff()
+
+    def loss_diffs(self):
+        """{label: max loss difference} for every run."""
+        return {label: self.loss_diff(label) for label in self.runs}
+
+    def losses_equal(self, label=None):
+        """True when run `label` (default: main) follows PyTorch within `tolerance` at every step."""
+        return self.loss_diff(label) <= self.tolerance
+
+    def changes(self):
+        """ortmodule.graph_changes over `graphs`: the op types whose counts differ, and all nodes."""
+        if not self.graphs:
+            raise FeatureError(f"{self.feature}: no graphs to compare (every path failed)")
+        return graph_changes(self.graphs)
+
+    def __repr__(self):
+        lines = [f"FeatureComparison({self.feature}: {self.setting})",
+                 f"  PyTorch losses{' (main run)' if self.references else ''}: {_rounded(self.torch_losses)}"]
+        for label, run in self.runs.items():
+            nodes = _node_count(self.graphs.get(label, run.graphs().get("execution_model")))
+            gap = self.loss_diff(label)  # below the tolerance only the verdict prints: stable on any CPU
+            verdict = (f"equal to PyTorch's (max diff <= {self.tolerance:.0e})" if gap <= self.tolerance else
+                       f"DIFFERENT from PyTorch's (max diff {gap:.1e})")
+            mark = " <- feature at work" if label == self.main else ""
+            lines.append(f"  {label}: {nodes} nodes, losses {_rounded(run.losses)} {verdict}{mark}")
+        for label, message in self.errors.items():
+            lines.append(f"  {label}: fails: {_short(message)}")
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+def _short(message, width=160):
+    """The innermost part of an OrtModuleError message ('... (caused by X)' -> 'X'), cut to `width`."""
+    inner = message.rsplit("(caused by ", 1)[-1].rstrip(")") if "(caused by " in message else message
+    return inner if len(inner) <= width else inner[:width - 3] + "..."
+
+
+def _rounded(values, digits=4):
+    return "[" + ", ".join(f"{v:.{digits}f}" for v in values) + "]"
+
+
+def _node_count(model):
+    return "-" if model is None else str(len(model.graph.node))
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking what the notebook passes in
+
+
+def _check_steps(steps, low=1, high=10):
+    if isinstance(steps, bool) or not isinstance(steps, int) or not low <= steps <= high:
+        raise FeatureError(f"steps must be an int from {low} to {high} (each step costs an ORT run), "
+                           f"not {steps!r}")
+    return steps
+
+
+def _check_model_name(name, allowed):
+    if not isinstance(name, str) or name not in allowed:
+        raise FeatureError(f"model must be one of {', '.join(map(repr, allowed))}, not {name!r}")
+    return name
+
+
+def _check_densities(densities):
+    if isinstance(densities, (str, bytes)) or not hasattr(densities, "__iter__"):
+        raise FeatureError(f"densities must be a list of fractions in (0, 1], not {densities!r}")
+    densities = list(densities)
+    if not densities:
+        raise FeatureError("densities is empty: give at least one fraction in (0, 1], e.g. (1.0, 0.6)")
+    for d in densities:
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 < d <= 1:
+            raise FeatureError(f"each density must be a fraction in (0, 1], not {d!r}")
+    return densities
+
+
+# ---------------------------------------------------------------------------------------------
+# The runs
+
+
+def torch_losses(module, batches, steps, lr=LR):
+    """The losses of a deep copy of `module` trained in plain PyTorch (SGD, ortlab's loop)."""
+    model = copy.deepcopy(module)
+    return torch_train(model, batches, torch.optim.SGD(model.parameters(), lr=lr), steps,
+                       progress=False, skip_non_finite=False).losses
+
+
+def _run(module, batches, steps, log_level="WARNING", **variables):
+    """ORTModule on a deep copy of `module`, the feature's variables plus FALLBACK_DISABLE."""
+    return train(copy.deepcopy(module), batches, steps, lr=LR, log_level=log_level, **{**STRICT, **variables})
+
+
+def _failure(module, batches, steps, **variables):
+    """The OrtModuleError message of a run that must fail; FeatureError if it does not."""
+    try:
+        _run(module, batches, steps, **variables)
+    except OrtModuleError as exc:
+        return _ANSI.sub("", str(exc))
+    raise FeatureError(f"expected ORTModule to fail with {variables}, but it ran: ORT's behaviour changed")
+
+
+def _execution_graphs(runs):
+    return {label: run.graphs()["execution_model"] for label, run in runs.items()}
+
+
+def _python_op_functions(model):
+    """{func_name: count} of the PythonOp nodes of a graph (without the _<n> counter ORT appends to the
+    classes it generates per export, e.g. ParamRetrievalFunction_1)."""
+    names = {}
+    for node in model.graph.node:
+        if node.op_type == "PythonOp":
+            func = next(a.s.decode() for a in node.attribute if a.name == "func_name")
+            func = re.sub(r"_\d+$", "", func)
+            names[func] = names.get(func, 0) + 1
+    return names
+
+
+def _count(model, op):
+    return op_counts(model).get(op, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# 0. ORTMODULE_MEMORY_OPT_LEVEL (recompute)
+
+
+def recompute(model="gpt", steps=2):
+    """ORTMODULE_MEMORY_OPT_LEVEL=0 and =1 on a zoo model ('gpt', 'bert' or 'mlp'): at level 1 ORT's
+    MemoryOptimizer (orttraining/core/optimizer/memory_optimizer/) adds '<node>_recompute' copies of
+    forward subgraphs for the backward to read instead of stashed activations (facts['recompute nodes'],
+    {op: count}); the losses stay PyTorch's. ortlab.training.memory_optimizer measures the memory."""
+    _check_model_name(model, ("gpt", "bert", "mlp"))
+    steps = _check_steps(steps)
+    module = get_model(model, dropout=0.0)
+    batches = [module.example_inputs(seed=s) for s in range(steps)]
+    runs = {f"MEMORY_OPT_LEVEL={level}": _run(module, batches, steps, MEMORY_OPT_LEVEL=level)
+            for level in (0, 1)}
+    graphs = _execution_graphs(runs)
+    facts = {"recompute nodes": {k: _recompute_ops(g) for k, g in graphs.items()}}
+    added = facts["recompute nodes"]["MEMORY_OPT_LEVEL=1"]
+    notes = [f"MEMORY_OPT_LEVEL=1: {sum(added.values())} '*_recompute' nodes "
+             f"({', '.join(f'{op} {n}' for op, n in sorted(added.items(), key=lambda kv: (-kv[1], kv[0])))})"]
+    return FeatureComparison("recompute", f"ORTMODULE_MEMORY_OPT_LEVEL=1 on {model}",
+                             torch_losses(module, batches, steps), runs, "MEMORY_OPT_LEVEL=1", {}, graphs,
+                             facts, notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT
+
+
+@contextlib.contextmanager
+def mem_efficient_grad_fix():
+    """Inside the block, ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT=1 works in ORT 1.19.2; undone on exit.
+
+    The bug: GraphTransitionManager._post_export_process (ortmodule/_graph_transition_manager.py:682)
+    calls post_processing_enable_mem_efficient_training(model, named_params, device) with
+    parameter_not_as_graph_input_names (a dict) as `device`, and torch.zeros(..., device=dict) raises
+    TypeError on every device. The one-line fix upstream would pass the parameters' device; this
+    wraps ortmodule/_mem_efficient_grad_mgmt.py's function to do exactly that, changing nothing else.
+    """
+    meg = quiet_import("onnxruntime.training.ortmodule._mem_efficient_grad_mgmt")
+    original = meg.post_processing_enable_mem_efficient_training
+
+    def fixed(exported_model, named_params, device):
+        if not isinstance(device, (str, torch.device)):
+            named_params = list(named_params)  # ORT iterates it once; a list iterates the same way
+            device = named_params[0][1].device if named_params else torch.device("cpu")
+        return original(exported_model, named_params, device)
+
+    fixed.__doc__ = f"{original.__name__}, with a parameter's device when ORT passes a dict as device"
+    meg.post_processing_enable_mem_efficient_training = fixed
+    try:
+        yield fixed
+    finally:
+        meg.post_processing_enable_mem_efficient_training = original
+
+
+def _io_names(model):
+    return [i.name for i in model.graph.input], [o.name for o in model.graph.output]
+
+
+def mem_efficient_grad(model="mlp", steps=3):
+    """ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT=1 on a zoo model ('mlp' or 'bert'): the crash as
+    shipped (errors['on, as shipped']), then with mem_efficient_grad_fix(): every trainable weight
+    leaves the graph inputs and is pulled by a PythonOp ParamRetrievalFunction, its gradient by a
+    PythonOpGrad; the graph outputs collapse to one trigger gradient. Losses equal PyTorch's."""
+    _check_model_name(model, ("mlp", "bert"))
+    steps = _check_steps(steps)
+    module = get_model(model, dropout=0.0)
+    batches = [module.example_inputs(seed=s) for s in range(steps)]
+    error = _failure(module, batches, 1, ENABLE_MEM_EFFICIENT_GRAD_MGMT=1)
+    runs = {"off": _run(module, batches, steps)}
+    with mem_efficient_grad_fix():
+        runs["on, with mem_efficient_grad_fix()"] = _run(module, batches, steps,
+                                                         ENABLE_MEM_EFFICIENT_GRAD_MGMT=1)
+    graphs = _execution_graphs(runs)
+    (in_off, out_off), (in_on, out_on) = (_io_names(g) for g in graphs.values())
+    facts = {"graph inputs before": in_off, "graph inputs after": in_on,
+             "graph outputs before": out_off, "graph outputs after": out_on,
+             "PythonOp functions": _python_op_functions(list(graphs.values())[-1]),
+             "trainable parameters": sum(p.requires_grad for p in module.parameters())}
+    weights = facts["trainable parameters"]
+    notes = ["as shipped, ORT 1.19.2 passes a dict as `device` (_graph_transition_manager.py:682); "
+             "mem_efficient_grad_fix() passes the parameters' device instead",
+             f"graph inputs: {len(in_off) - weights} user inputs + {weights} weights -> {', '.join(in_on)}",
+             f"graph outputs: {len(out_off)} weight gradients -> {', '.join(out_on)}"]
+    return FeatureComparison("mem_efficient_grad", f"ORTMODULE_ENABLE_MEM_EFFICIENT_GRAD_MGMT=1 on {model}",
+                             torch_losses(module, batches, steps), runs, "on, with mem_efficient_grad_fix()",
+                             {"on, as shipped": error}, graphs, facts, notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Custom torch.autograd.Function -> PythonOp
+
+
+@contextlib.contextmanager
+def custom_autograd_support(enabled):
+    """Inside the block ORT's custom autograd.Function support is `enabled` (True/False); the
+    state before is restored on exit.
+
+    ORTMODULE_ENABLE_CUSTOM_AUTOGRAD is read once per process (when ortmodule/_custom_autograd_function.py
+    is first imported), so a notebook switches with ORT's enable_custom_autograd_support() instead.
+    """
+    if not isinstance(enabled, bool):
+        raise FeatureError(f"enabled must be True or False, not {enabled!r}")
+    quiet_import("onnxruntime.training.ortmodule")
+    caf = quiet_import("onnxruntime.training.ortmodule._custom_autograd_function")
+    before = bool(caf.custom_autograd_function_enabler.state)
+    caf.enable_custom_autograd_support(enabled)
+    try:
+        yield
+    finally:
+        caf.enable_custom_autograd_support(before)
+
+
+def custom_autograd(steps=3):
+    """feature_models.HalfGradTanhNet (a custom Function whose backward is half the true gradient)
+    with ORT's custom autograd support on (PythonOp/PythonOpGrad run the user's backward: losses equal
+    PyTorch's) and off (torch inlines a Tanh, ORT builds the true TanhGrad: losses drift). The off run
+    matches PyTorch training the same net with plain tanh (facts['off vs plain-tanh PyTorch'])."""
+    steps = _check_steps(steps)
+    module = fm.HalfGradTanhNet()
+    batches = [module.example_inputs(seed=s) for s in range(steps)]
+    runs = {}
+    for label, enabled in (("support off", False), ("support on", True)):
+        with custom_autograd_support(enabled):
+            runs[label] = _run(module, batches, steps)
+    graphs = _execution_graphs(runs)
+    plain = torch_losses(fm.HalfGradTanhNet(custom=False), batches, steps)
+    off_vs_plain = max(abs(a - b) for a, b in zip(runs["support off"].losses, plain))
+    facts = {"PythonOp functions": _python_op_functions(graphs["support on"]),
+             "PyTorch losses with plain tanh": plain, "off vs plain-tanh PyTorch": off_vs_plain}
+    notes = ["off: the custom backward is silently ignored (no error, no warning): ORT trains plain tanh"]
+    return FeatureComparison("custom_autograd", "HalfGradTanh as PythonOp (custom autograd support on/off)",
+                             torch_losses(module, batches, steps), runs, "support on", {}, graphs, facts,
+                             notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. torch.utils.checkpoint
+
+
+def _recompute_ops(model):
+    """{op type: count} of the nodes ORT's memory optimizer added as recomputation ('*_recompute')."""
+    found = {}
+    for node in model.graph.node:
+        if node.name.endswith("_recompute"):
+            found[node.op_type] = found.get(node.op_type, 0) + 1
+    return found
+
+
+def checkpointing(steps=2, layers=2):
+    """feature_models.CheckpointedBert through ORTModule's four checkpoint paths: the default (export
+    error, pinned in errors['default']), ORTMODULE_ALLOW_AUTOGRAD_CHECKPOINT=1 (one PythonOp per
+    block), ORTMODULE_MEMORY_OPT_LEVEL=1 (ORT drops the checkpoint and recomputes: '*_recompute'
+    nodes), use_reentrant=False (traced inline: the plain TinyBert graph, no recompute)."""
+    steps = _check_steps(steps)
+    if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= 4:
+        raise FeatureError(f"layers must be an int from 1 to 4, not {layers!r}")
+    quiet_import("onnxruntime.training.ortmodule")  # installs ORT's torch.utils.checkpoint override first
+    reentrant = fm.CheckpointedBert(use_reentrant=True, dropout=0.0, layers=layers)
+    inline = fm.CheckpointedBert(use_reentrant=False, dropout=0.0, layers=layers)
+    batches = [reentrant.example_inputs(seed=s) for s in range(steps)]
+    error = _failure(reentrant, batches, 1)
+    runs = {"ALLOW_AUTOGRAD_CHECKPOINT=1": _run(reentrant, batches, steps, ALLOW_AUTOGRAD_CHECKPOINT=1),
+            "MEMORY_OPT_LEVEL=1": _run(reentrant, batches, steps, MEMORY_OPT_LEVEL=1),
+            "use_reentrant=False": _run(inline, batches, steps)}
+    graphs = _execution_graphs(runs)
+    facts = {"PythonOp functions": {k: _python_op_functions(g) for k, g in graphs.items()},
+             "recompute nodes": {k: _recompute_ops(g) for k, g in graphs.items()},
+             "layer-wise log line": sorted({line.strip() for line in runs["MEMORY_OPT_LEVEL=1"]
+                                            .grep("Layer-wise memory optimization")}),
+             "literal {func_full_qual_name}": "{func_full_qual_name}" in error}
+    recomputed = sum(facts["recompute nodes"]["MEMORY_OPT_LEVEL=1"].values())
+    wrapped = sum(facts["PythonOp functions"]["ALLOW_AUTOGRAD_CHECKPOINT=1"].values())
+    notes = ["default: ORT's message lacks its f-string prefix, so '{func_full_qual_name}' is printed as is",
+             f"MEMORY_OPT_LEVEL=1: {recomputed} '*_recompute' nodes; ALLOW_AUTOGRAD_CHECKPOINT=1: "
+             f"{wrapped} CheckpointFunction PythonOps",
+             "use_reentrant=False: no error and no PythonOp; the checkpoint is silently lost"]
+    return FeatureComparison("checkpointing",
+                             f"torch.utils.checkpoint around each of {layers} TinyBert blocks",
+                             torch_losses(reentrant, batches, steps), runs, "MEMORY_OPT_LEVEL=1",
+                             {"default": error}, graphs, facts, notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Label sparsity
+
+
+def _consumers(model):
+    found = {}
+    for node in model.graph.node:
+        for name in node.input:
+            found.setdefault(name, []).append(node)
+    return found
+
+
+def _producers(model):
+    return {out: node for node in model.graph.node for out in node.output}
+
+
+MATMULS = ("MatMul", "Gemm", "FusedMatMul")
+
+
+def shrunken_gathers(model):
+    """Where label sparsity's ShrunkenGather nodes sit in a training graph: one dict per node with what
+    it filters ('labels' or 'hidden states'), the node producing its data and the forward nodes
+    reading its output (gradient nodes, named '*_Grad*', left out), and whether one of those is
+    lm_head's MatMul (or the Gemm ORT fused it into)."""
+    producers, consumers, rows = _producers(model), _consumers(model), []
+    for node in model.graph.node:
+        if node.op_type != "ShrunkenGather":
+            continue
+        source = producers.get(node.input[0])
+        forward = [c for c in consumers.get(node.output[0], []) if "_Grad" not in c.name]
+        on_labels = source is not None and "labels" in source.input
+        rows.append({"node": node.name, "filters": "labels" if on_labels else "hidden states",
+                     "data from": f"{source.op_type} {source.name}" if source else node.input[0],
+                     "feeds": [f"{c.op_type} {c.name}" for c in forward],
+                     "before lm_head MatMul": any("lm_head/MatMul" in c.name and c.op_type in MATMULS
+                                                  for c in forward)})
+    return rows
+
+
+def variables_read(*names):
+    """True when every ORTMODULE_* variable in `names` is named anywhere in ORTModule's Python sources
+    (onnxruntime/training/ortmodule/**/*.py): a variable named nowhere is never read."""
+    from pathlib import Path
+
+    root = Path(quiet_import("onnxruntime.training.ortmodule").__file__).parent
+    text = "\n".join(path.read_text(errors="replace") for path in sorted(root.rglob("*.py")))
+    return all(f'"{name}"' in text for name in names)
+
+
+def _sparsity_options(run):
+    """The sparsity-related flags of ORTModule's _RuntimeOptions (options.py) after a run."""
+    options = run.model._torch_module._execution_manager(True)._runtime_options
+    names = ("enable_compute_optimizer", "enable_label_sparse_optimizer", "enable_embedding_sparse_optimizer")
+    return {name: getattr(options, name) for name in names}
+
+
+def _sparsity_ratios(run):
+    """ORT's own record of the densities it saw: (label, embedding) strings of _RuntimeOptions."""
+    options = run.model._torch_module._execution_manager(True)._runtime_options
+    return options.label_sparsity_ratio, options.embed_sparsity_ratio
+
+
+def _label_model():
+    return WithLossModule(TinyGPT(dropout=0.0))
+
+
+def _percent(batches, ignore_index=-100):
+    labels = batches[0][1]
+    return 100.0 * float((labels != ignore_index).sum()) / labels.numel()
+
+
+def label_sparsity(densities=(1.0, 0.6), steps=2):
+    """TinyGPT inside WithLossModule (loss = nn.CrossEntropyLoss module) with labels valid at each
+    density, the rest ignore_index: ORT turns label sparsity on below 90 % (its log line), adds
+    NonZero and two ShrunkenGather nodes, the one on the hidden states sitting before lm_head's
+    MatMul (facts['gathers']). Losses equal PyTorch's at every density."""
+    densities = _check_densities(densities)
+    steps = _check_steps(steps)
+    module = _label_model()
+    runs, torch_runs, facts = {}, {}, {"density": {}, "ORT log": {}, "ORT density record": {}, "gathers": {}}
+    for density in densities:
+        batches = fm.sparse_label_batches(module.model, density, count=steps)
+        label = f"labels {_percent(batches):.0f}% valid"
+        runs[label] = _run(module, batches, steps, log_level="INFO")
+        torch_runs[label] = torch_losses(module, batches, steps)
+        facts["density"][label] = _percent(batches)
+        said = runs[label].grep("Label sparsity-based")
+        facts["ORT log"][label] = sorted({line.split("] ", 1)[-1].lstrip("- ") for line in said})
+        facts["ORT density record"][label] = _sparsity_ratios(runs[label])[0]
+        facts["gathers"][label] = shrunken_gathers(runs[label].graphs()["execution_model"])
+    main = min(runs, key=lambda k: facts["density"][k])
+    notes = ["the threshold is ORT's: density < 90 % turns it on (_graph_transition_manager.py, "
+             "_add_check_label_sparsity_hook); each density has its own batches and PyTorch losses"]
+    notes += [f"{label}: ORT says '{said}'" for label, lines in facts["ORT log"].items() for said in lines]
+    for row in facts["gathers"][main]:
+        where = "before lm_head's MatMul" if row["before lm_head MatMul"] else f"feeding {row['feeds']}"
+        notes.append(f"ShrunkenGather on the {row['filters']}: {where}")
+    return FeatureComparison("label_sparsity", "labels padded with ignore_index=-100 (TinyGPT + loss)",
+                             torch_runs[main], runs, main, {}, _execution_graphs(runs), facts, notes,
+                             references=torch_runs)
+
+
+SPARSITY_SWITCHES = {"(default)": {}, "ENABLE_SPARSE_OPTIMIZER=0": {"ENABLE_SPARSE_OPTIMIZER": 0},
+                     "ENABLE_LABEL_SPARSE_OPTIMIZER=0": {"ENABLE_LABEL_SPARSE_OPTIMIZER": 0},
+                     "ENABLE_EMBEDDING_SPARSE_OPTIMIZER=0": {"ENABLE_EMBEDDING_SPARSE_OPTIMIZER": 0},
+                     "ENABLE_COMPUTE_OPTIMIZER=0": {"ENABLE_COMPUTE_OPTIMIZER": 0}}
+
+
+def _switch_remark(switch, on, facts):
+    if not facts["read by ORT"].get(switch, True):
+        return " (a variable ORT never reads)"
+    if on and not facts["runtime options"][switch]["enable_label_sparse_optimizer"]:
+        return " (ORT sets enable_label_sparse_optimizer=False; the label hook is given the embedding flag)"
+    if not on and "EMBEDDING" in switch:
+        return " (the label hook is given the embedding flag: _graph_transition_manager.py, _export_model)"
+    return ""
+
+
+def sparsity_switches(density=0.6, steps=1, switches=tuple(SPARSITY_SWITCHES)):
+    """The label-sparsity model at `density` under each ORTMODULE_* switch (SPARSITY_SWITCHES):
+    facts['on'] says whether the ShrunkenGather appeared. In 1.19.2 ENABLE_SPARSE_OPTIMIZER (seed 001's
+    name) and ENABLE_LABEL_SPARSE_OPTIMIZER are never read; ENABLE_EMBEDDING_SPARSE_OPTIMIZER=0 turns
+    *label* sparsity off (_export_model passes the embedding flag to the label hook)."""
+    _check_densities([density])
+    steps = _check_steps(steps)
+    if isinstance(switches, str) or not hasattr(switches, "__iter__"):
+        raise FeatureError(f"switches must be a list of names from SPARSITY_SWITCHES, not {switches!r}")
+    unknown = [s for s in switches if s not in SPARSITY_SWITCHES]
+    if unknown:
+        raise FeatureError(f"unknown switch {unknown[0]!r}; choose from {', '.join(SPARSITY_SWITCHES)}")
+    module = _label_model()
+    batches = fm.sparse_label_batches(module.model, density, count=steps)
+    runs = {name: _run(module, batches, steps, **SPARSITY_SWITCHES[name]) for name in switches}
+    graphs = _execution_graphs(runs)
+    facts = {"on": {k: _count(g, "com.microsoft:ShrunkenGather") > 0 for k, g in graphs.items()},
+             "density": _percent(batches)}
+    facts["read by ORT"] = {k: variables_read(*[f"ORTMODULE_{v}" for v in SPARSITY_SWITCHES[k]])
+                            for k in switches if SPARSITY_SWITCHES[k]}
+    facts["runtime options"] = {k: _sparsity_options(run) for k, run in runs.items()}
+    first = "(default)" if "(default)" in runs else next(iter(runs))
+    notes = [f"{k}: label sparsity {'ON' if on else 'OFF'}{_switch_remark(k, on, facts)}"
+             for k, on in facts["on"].items()]
+    return FeatureComparison("label_sparsity switches",
+                             f"ORTMODULE_* switches at {facts['density']:.0f}% valid labels",
+                             torch_losses(module, batches, steps), runs, first, {}, graphs, facts, notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. Embedding sparsity
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def ort_embedding_density(module, batch, device="cuda"):
+    """Run ORT's own embedding-sparsity hook (GraphTransitionManager._add_check_embedding_sparsity_hook,
+    ortmodule/_graph_transition_manager.py) on `module` in plain PyTorch for one batch, as ORTModule's
+    export would on `device`. Returns {'hooks': how many Embeddings it hooked, 'density': ORT's
+    RuntimeInspector map {name: %}, 'log': its log lines, 'printed': what FlagAndPrintDensity printed}.
+
+    ORT is given the device it asks for: on 'cpu' the hook returns early (no hooks, nothing measured);
+    on 'cuda' (only the device's *type* is read, so no GPU is needed) it measures the real batch.
+    """
+    if not isinstance(module, torch.nn.Module):
+        raise FeatureError(f"module must be a torch.nn.Module, not {type(module).__name__}")
+    if device not in ("cpu", "cuda"):
+        raise FeatureError(f"device must be 'cpu' or 'cuda', not {device!r}")
+    gtm = quiet_import("onnxruntime.training.ortmodule._graph_transition_manager").GraphTransitionManager
+    inspector_mod = quiet_import("onnxruntime.training.ortmodule._runtime_inspector")
+    logger, handler = logging.getLogger("ortlab.ort_embedding_density"), _Collect()
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    logger.addHandler(handler)
+    inspector = inspector_mod.RuntimeInspector(logger, module, True)
+    try:
+        hooks = gtm._add_check_embedding_sparsity_hook(True, torch.device(device), logger, inspector, module)
+        with captured_lines() as printed, torch.no_grad():
+            try:
+                module(*batch)
+            finally:
+                for hook in hooks:
+                    hook.remove()
+    finally:
+        logger.removeHandler(handler)
+    return {"hooks": len(hooks), "density": dict(inspector._embedding_module_to_padding_density_map),
+            "log": handler.lines, "printed": [line.strip() for line in printed if line.strip()]}
+
+
+def embedding_sparsity(pad_fraction=0.5, steps=2):
+    """TinyGPT with tok.padding_idx=0 and right-padded ids (the closest real thing on CPU):
+    ORT's own embedding hook measures the batch's density when told the device is CUDA
+    (facts['ORT detection, cuda']) and returns early on CPU (facts['ORT detection, cpu']); the
+    ORTModule run on CPU shows nothing (no log line, no FlagAndPrintDensity PythonOp, same graph).
+    The rewrite itself (PaddingElimination: FlattenAndUnpad/PadAndUnflatten) is a C++ transformer
+    registered only under USE_CUDA/USE_ROCM (orttraining/core/optimizer/graph_transformer_utils.cc)."""
+    if isinstance(pad_fraction, bool) or not isinstance(pad_fraction, (int, float)) \
+            or not 0 < pad_fraction < 1:
+        raise FeatureError(f"pad_fraction must be a fraction in (0, 1), not {pad_fraction!r}")
+    steps = _check_steps(steps)
+    plain, padded = TinyGPT(dropout=0.0), TinyGPT(dropout=0.0)
+    padded.tok.padding_idx = 0
+    batches = fm.padded_id_batches(padded, pad_fraction, count=steps)
+    ids = batches[0][0]
+    facts = {"density": 100.0 * float((ids != 0).sum()) / ids.numel(),
+             "ORT detection, cpu": ort_embedding_density(padded, batches[0], "cpu"),
+             "ORT detection, cuda": ort_embedding_density(padded, batches[0], "cuda")}
+    runs = {"padding_idx=None": _run(plain, batches, steps, log_level="INFO"),
+            "padding_idx=0": _run(padded, batches, steps, log_level="INFO")}
+    facts["ORT log on CPU"] = runs["padding_idx=0"].grep("Embedding sparsity")
+    facts["ORT density record on CPU"] = _sparsity_ratios(runs["padding_idx=0"])[1]
+    gem = inspect.getsource(quiet_import("onnxruntime.training.ortmodule._graph_transition_manager")
+                            .GraphTransitionManager._add_check_embedding_sparsity_hook)
+    facts["early return"] = next(line.strip() for line in gem.splitlines() if 'device.type != "cuda"' in line)
+    cuda = facts["ORT detection, cuda"]
+    notes = [f"ORT's own hook, told the device is 'cuda': {'; '.join(cuda['log'] + cuda['printed'])}",
+             f"told 'cpu': {facts['ORT detection, cpu']['hooks']} hooks ({facts['early return']})",
+             "closest real thing: ORT's detection only; the padding rewrite needs CUDA twice: the hook "
+             "returns early when device.type != 'cuda', and PaddingElimination is registered only "
+             "#if defined(USE_CUDA) || defined(USE_ROCM) in graph_transformer_utils.cc",
+             f"GPU: {GPU_EMBEDDING_COMMAND}"]
+    return FeatureComparison("embedding_sparsity",
+                             f"nn.Embedding(padding_idx=0), {pad_fraction:.0%} right padding",
+                             torch_losses(padded, batches, steps), runs, "padding_idx=0", {},
+                             _execution_graphs(runs), facts, notes,
+                             references={"padding_idx=None": torch_losses(plain, batches, steps)})
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Efficient attention
+
+
+def aten_efficient_attention_on_cpu(batch=1, seq=8, heads=2, head_dim=16):
+    """Build ORT's own efficient-attention forward node (graph_optimizers/_aten_attn.py,
+    _make_efficient_attention_nodes) into a one-node model and run it in an ORT CPU InferenceSession:
+    ORT's ATen kernel hands the call to torch, which has no CPU kernel. Returns
+    {'ort': first line of ORT's error, 'torch': the NotImplementedError torch raises directly}."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    quiet_import("onnxruntime.training.ortmodule")
+    executor = quiet_import("onnxruntime.training.ortmodule.torch_cpp_extensions.cpu.aten_op_executor")
+    executor.load_aten_op_executor_cpp_extension()  # what ORTModule does before running ATen nodes
+    attn = quiet_import("onnxruntime.training.ortmodule.graph_optimizers._aten_attn")
+    nodes, value_infos = attn._make_efficient_attention_nodes(
+        0, "q", "k", "v", "y", "dy", "dq", "dk", "dv", "bias", False, 1 / math.sqrt(head_dim), 0.0, False)
+    forward = [n for n in nodes if n.op_type != "ATen" or n.name.startswith("efficient_attention_forward")]
+    shape = [batch, seq, heads, head_dim]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in "qkv"]
+    inputs.append(helper.make_tensor_value_info("bias", TensorProto.FLOAT, [batch, heads, seq, seq]))
+    graph = helper.make_graph(forward, "efficient_attention", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              value_info=value_infos)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("org.pytorch.aten", 1)])
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.standard_normal(shape).astype(np.float32) for n in "qkv"}
+    feeds["bias"] = np.zeros([batch, heads, seq, seq], np.float32)
+    result = {}
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    with captured_logs():
+        try:
+            ort.InferenceSession(model.SerializeToString(), options,
+                                 providers=["CPUExecutionProvider"]).run(None, feeds)
+            result["ort"] = "ran"
+        except Exception as exc:
+            message = str(exc)
+            found = re.search(r"Could not run '[^']+' with arguments from the '\w+' backend", message)
+            result["ort"] = f"{type(exc).__name__}: {found.group(0) if found else message.splitlines()[0]}"
+    q = torch.from_numpy(feeds["q"])
+    try:
+        torch.ops.aten._efficient_attention_forward(q, q, q, None, None, None, None, None, 0.0, 0, False)
+        result["torch"] = "ran"
+    except NotImplementedError as exc:
+        result["torch"] = f"NotImplementedError: {str(exc).split('. ')[0]}"
+    return result
+
+
+def efficient_attention(steps=1):
+    """feature_models.MaskedBert (Div by sqrt(d), additive mask Add, Softmax) trained with
+    ORTMODULE_USE_EFFICIENT_ATTENTION=1: on CPU the optimizer is registered for 'cuda' and skipped
+    (graph unchanged, losses equal). Then ORT's own optimize_graph_for_aten_efficient_attention is
+    applied by hand to the run's optimized training graph: changes() shows the rewrite, and
+    facts['running it'] the ATen kernel's failure on CPU (aten_efficient_attention_on_cpu)."""
+    steps = _check_steps(steps)
+    module = fm.MaskedBert(dropout=0.0)
+    batches = [module.example_inputs(seed=s) for s in range(steps)]
+    runs = {"USE_EFFICIENT_ATTENTION=1": _run(module, batches, steps, USE_EFFICIENT_ATTENTION=1)}
+    optimized = runs["USE_EFFICIENT_ATTENTION=1"].graphs()["optimized"]
+    rewritten = copy.deepcopy(optimized)
+    attn = quiet_import("onnxruntime.training.ortmodule.graph_optimizers._aten_attn")
+    attn.optimize_graph_for_aten_efficient_attention(rewritten.graph)
+    registry = quiet_import("onnxruntime.training.ortmodule.graph_optimizer_registry").GraphOptimizerRegistry
+    registered = {key: [(f.__name__, device) for f, device, *_ in funcs if "attention" in f.__name__]
+                  for key, funcs in registry._OPTIMIZER_FUNCS.items()}  # others (Triton's) vary by import
+    registered = {key: funcs for key, funcs in registered.items() if funcs}
+    facts = {"registered": registered,
+             "ATen nodes added": [n.name for n in rewritten.graph.node
+                                  if n.op_type == "ATen" and n.name.startswith("efficient_attention")],
+             "running it": aten_efficient_attention_on_cpu()}
+    notes = ["closest real thing: ORT's rewrite applied by hand to the CPU optimized training graph; "
+             "the ATen kernel it targets has no CPU implementation",
+             f"ORT's optimizer registry: {registered} (skipped on CPU: the run's graph is unchanged)",
+             f"ORT's ATen node run on CPU: {facts['running it']['ort']}",
+             f"GPU: {GPU_ATTENTION_COMMAND}"]
+    return FeatureComparison("efficient_attention", "ORTMODULE_USE_EFFICIENT_ATTENTION=1 on MaskedBert",
+                             torch_losses(module, batches, steps), runs, "USE_EFFICIENT_ATTENTION=1", {},
+                             {"optimized (CPU)": optimized, "after ORT's rewrite, by hand": rewritten},
+                             facts, notes)
+
+
+# ---------------------------------------------------------------------------------------------
+
+FEATURES = {"recompute": recompute, "mem_efficient_grad": mem_efficient_grad,
+            "custom_autograd": custom_autograd, "checkpointing": checkpointing,
+            "label_sparsity": label_sparsity, "sparsity_switches": sparsity_switches,
+            "embedding_sparsity": embedding_sparsity, "efficient_attention": efficient_attention}
+
+
+def compare_feature(name, **kwargs):
+    """Run the helper of FEATURES named `name` with its keyword arguments; a FeatureComparison."""
+    if not isinstance(name, str) or name not in FEATURES:
+        raise FeatureError(f"unknown feature {name!r}; choose one of {', '.join(FEATURES)}")
+    try:
+        inspect.signature(FEATURES[name]).bind(**kwargs)
+    except TypeError as exc:
+        signature = inspect.signature(FEATURES[name])
+        raise FeatureError(f"{name}: {exc}; its signature is {name}{signature}") from None
+    return FEATURES[name](**kwargs)
