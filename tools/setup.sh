@@ -68,6 +68,15 @@ if [ ! -f "$stamp_dir/extensions" ]; then
     touch "$stamp_dir/extensions"
 fi
 
+# DeepSpeed in a folder of its own, off the environment's path (tools/deepspeed-requirements.txt says why)
+ds_key=$(sha256sum tools/deepspeed-requirements.txt | cut -c1-16)
+if [ "$(cat "$stamp_dir/deepspeed" 2>/dev/null)" != "$ds_key" ]; then
+    say "installing DeepSpeed into $env_dir/deepspeed (used only by the ranks that run it)"
+    rm -rf "$env_dir/deepspeed"
+    pip_install --no-deps --target "$env_dir/deepspeed" -r tools/deepspeed-requirements.txt
+    echo "$ds_key" > "$stamp_dir/deepspeed"
+fi
+
 if [ ! -f "$env_dir/share/jupyter/kernels/ortlab/kernel.json" ]; then
     say "registering the Jupyter kernel 'ortlab'"
     "$py" -m ipykernel install --sys-prefix --name ortlab --display-name "Python (ortlab)" > /dev/null

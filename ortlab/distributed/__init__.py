@@ -10,6 +10,7 @@ One module per technique, each a readable mirror checked against one process and
     data_parallel     DDP: broadcast at wrap, gradient buckets, no_sync
     tensor_parallel   Megatron's column/row-parallel linear layers, f and g, an MLP, self-attention
     zero, accounting  ZeRO 1/2/3; memory and bytes per rank measured, the paper's formulas, a calculator
+    zero_deepspeed    DeepSpeed's ZeRO 1/2/3 on the same job; its default gradient clipping
     moe               top-k gated experts with capacity, dispatched with all_to_all_single
     pipeline          GPipe and 1F1B schedules, timelines and bubbles; torch's pipelining beside them
     ort               ORT's side: DDP(ORTModule) vs ORTModule(DDP), the load-balancing sampler

@@ -528,15 +528,19 @@ def zero_check(rank, world_size, techniques=TECHNIQUES, steps=3, lr=0.05, seed=0
     return out
 
 
-def reference_run(world_size, steps=3, lr=0.05, seed=0):
-    """One process, torch.optim.Adam on the whole batch: (losses, {name: final parameter})."""
+def reference_run(world_size, steps=3, lr=0.05, seed=0, clip=None):
+    """One process, torch.optim.Adam on the whole batch: (losses, {name: final parameter}); with `clip`, the
+    gradients clipped to that global norm before each step (torch.nn.utils.clip_grad_norm_)."""
     tokens, targets = toy_batch(world_size, seed=seed)
     model = copy.deepcopy(toy_model(seed))
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(trainable, lr=lr)
     losses = []
     for _ in range(steps):
         loss = model(tokens, targets)
         loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(trainable, clip)
         optimizer.step()
         optimizer.zero_grad()
         losses.append(loss.item())
@@ -544,25 +548,30 @@ def reference_run(world_size, steps=3, lr=0.05, seed=0):
 
 
 
-def check_table(results, steps=3, lr=0.05, seed=0):
-    """A Table from zero_check's results (one per rank): for each technique, the largest difference of
-    its final parameters and of its losses (the mean over ranks of each step's loss) from one process
-    training the whole batch with torch.optim.Adam (reference_run), and what each rank holds.
+def check_table(results, steps=3, lr=0.05, seed=0, clip=None):
+    """A Table from zero_check's (or zero_deepspeed.deepspeed_check's) results, one per rank: for each
+    technique, the largest difference of its final parameters and of its losses (the mean over ranks of each
+    step's loss) from one process training the whole batch with torch.optim.Adam (reference_run), and what
+    each rank holds where it was measured.
 
-    `steps`, `lr` and `seed` must be the ones zero_check ran with."""
+    `steps`, `lr` and `seed` must be the ones the check ran with; `clip` clips the one process's gradients
+    to that norm (DeepSpeed's default run clips to 1.0)."""
     if not isinstance(results, (list, tuple)) or not results or not all(isinstance(r, dict) for r in results):
         raise ZeroError("check_table takes the list launch(zero_check, N) returned")
     world = len(results)
-    losses, params = reference_run(world, steps, lr, seed)
+    losses, params = reference_run(world, steps, lr, seed, clip)
     rows = []
-    for technique in [t for t in TECHNIQUES if t in results[0]]:
+    for technique in [t for t, run in results[0].items() if isinstance(run, dict) and "losses" in run]:
         runs = [r[technique] for r in results]
         mean = [sum(step) / world for step in zip(*(run["losses"] for run in runs))]
         loss_gap = max(abs(a - b) for a, b in zip(mean, losses))
         param_gap = max(float((run["params"][name] - value).abs().max())
                         for run in runs for name, value in params.items())
-        held = runs[0]["memory"]
+        held = runs[0].get("memory") or dict.fromkeys(("params", "grads", "state"), "-")
         rows.append((technique, runs[0]["stage"], within(loss_gap), within(param_gap),
                      held["params"], held["grads"], held["state"]))
-    return Table(("technique", "ZeRO stage", "losses vs one process", "params vs one process",
-                  "rank 0 params B", "grads B", "optimizer state B"), rows)
+    header = ("technique", "ZeRO stage", "losses vs one process", "params vs one process",
+              "rank 0 params B", "grads B", "optimizer state B")
+    if not any(run.get("memory") for run in results[0].values() if isinstance(run, dict)):
+        header, rows = header[:4], [row[:4] for row in rows]  # nothing measured (DeepSpeed's runs)
+    return Table(header, rows)
