@@ -116,3 +116,9 @@ def test_ortmodule_imports_deepspeed_when_it_can_which_is_why_it_lives_apart():
     deepspeed.checkpointing.checkpoint): so DeepSpeed stays off the environment's path."""
     assert _ortmodule_imports_deepspeed(None) == "False"
     assert _ortmodule_imports_deepspeed(str(deepspeed_dir())) == "True"
+
+
+@pytest.mark.parametrize("bad", [None, [], [{}], "x", [{"numel": 91}]])
+def test_check_table_refuses_what_is_not_a_launch_result(bad):
+    with pytest.raises(ZeroError, match="check_table"):
+        check_table(bad)

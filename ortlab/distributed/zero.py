@@ -561,7 +561,11 @@ def check_table(results, steps=3, lr=0.05, seed=0, clip=None):
     world = len(results)
     losses, params = reference_run(world, steps, lr, seed, clip)
     rows = []
-    for technique in [t for t, run in results[0].items() if isinstance(run, dict) and "losses" in run]:
+    techniques = [t for t, run in results[0].items() if isinstance(run, dict) and "losses" in run]
+    if not techniques:
+        raise ZeroError("check_table found no technique's run in these results: give it the list "
+                        "launch(zero_check, N) or launch(deepspeed_check, N) returned")
+    for technique in techniques:
         runs = [r[technique] for r in results]
         mean = [sum(step) / world for step in zip(*(run["losses"] for run in runs))]
         loss_gap = max(abs(a - b) for a, b in zip(mean, losses))
