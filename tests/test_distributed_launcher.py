@@ -37,8 +37,28 @@ def _children():
     return [pid for pid in found if pid != tracker]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def private_tmp(tmp_path_factory):
+    """This module's launches make their folders in a temporary directory of their own (for the spawned
+    ranks and scripts too, through TMPDIR), so that another launch running on the machine at the same time,
+    a notebook's or another test run's, cannot look like a folder left behind."""
+    folder = str(tmp_path_factory.mktemp("launch-tmp"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tempfile, "tempdir", folder)
+        patch.setenv("TMPDIR", folder)
+        yield folder
+
+
 def _launch_dirs():
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "ortlab-launch-*")))
+
+
+def test_launch_folders_go_to_this_modules_own_tmp(private_tmp, monkeypatch):
+    made, mkdtemp = [], tempfile.mkdtemp
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: made.append(mkdtemp(**kw)) or made[-1])
+    assert launch(examples.launch_facts, world_size=1)[0]["rank"] == 0
+    assert len(made) == 1 and os.path.dirname(made[0]) == private_tmp
+    assert os.path.basename(made[0]).startswith("ortlab-launch-") and not os.path.exists(made[0])
 
 
 def assert_nothing_left(pids, dirs_before):
