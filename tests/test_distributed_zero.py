@@ -348,3 +348,9 @@ def test_an_optimizer_instance_is_named_by_its_type_not_its_repr():
     with pytest.raises(ZeroError, match=r"got an instance of Adam; pass its arguments") as info:
         zero(model, torch.optim.Adam(model.parameters()), 1)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [-5, 0, "7e9", None])
+def test_calculator_names_its_own_argument(bad):
+    with pytest.raises(AccountingError, match=r"params \(the model's parameter count\) must be a positive"):
+        calculator(bad, 64, 3)

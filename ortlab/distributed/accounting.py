@@ -300,6 +300,7 @@ def calculator(params, world_size, stage, precision="mixed", bandwidth_gb_s=None
     cluster no machine here has (e.g. calculator(7e9, 64, 3)). Returns a dict of GB figures, plus the seconds
     the step's communication takes at `bandwidth_gb_s` (GB/s per rank, ring algorithms) when given.
     """
+    _count(params, "params (the model's parameter count)")
     p, g, k = _precision(precision)
     memory = memory_formula(params, world_size, stage, (p, g, k))
     volume = comm_volume(params, stage, element_size=g)
