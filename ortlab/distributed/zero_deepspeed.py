@@ -112,3 +112,39 @@ def deepspeed_check(rank, world_size, stages=STAGES, steps=3, lr=0.05, seed=0, c
             run = _train(deepspeed, rank, world_size, stage, steps, lr, seed, clipping)
             out[_label(stage, clipping)] = {**run, "seconds": time.perf_counter() - started}
     return out
+
+
+def _first_line(message, width=200):
+    line = str(message).strip().splitlines()[0] if str(message).strip() else ""
+    return line if len(line) <= width else line[:width - 3] + "..."
+
+
+def fp16_optimizer_on_deepspeed(rank, world_size, stage=1):
+    """Rank function: ORT's FP16_Optimizer (onnxruntime/training/optim/fp16_optimizer.py) given a DeepSpeed
+    ZeRO optimizer, as seed 001 section 5 pairs them, then one training step through the engine.
+
+    Returns {'optimizer' (DeepSpeed's class, qualified as ORT's registry keys it), 'same object' (whether
+    FP16_Optimizer returned it unmodified), 'warnings' (the first line of each warning it gave), 'deepspeed'
+    (the version), 'step ran'}."""
+    import warnings
+
+    deepspeed_config(stage, 2)
+    deepspeed = _import_deepspeed()
+    deepspeed.init_distributed(dist_backend=dist.get_backend())
+    from onnxruntime.training.optim import FP16_Optimizer
+
+    model = toy_model(0)
+    engine, ds_optimizer, _, _ = deepspeed.initialize(
+        model=model, optimizer=torch.optim.Adam(_trainable_params(model), lr=0.05),
+        config=deepspeed_config(stage, 2, 0.0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        returned = FP16_Optimizer(ds_optimizer)
+    tokens, targets = toy_batch(world_size)
+    loss = engine(tokens[rank * 2:rank * 2 + 2], targets[rank * 2:rank * 2 + 2])
+    engine.backward(loss)
+    engine.step()
+    cls = type(ds_optimizer)
+    return {"optimizer": f"{cls.__module__}.{cls.__qualname__}", "same object": returned is ds_optimizer,
+            "warnings": [_first_line(w.message) for w in caught], "deepspeed": deepspeed.__version__,
+            "step ran": bool(torch.isfinite(loss).item())}

@@ -381,11 +381,33 @@ def fp16_modifier_registry():
     return Table(("optimizer type", "modifier", "ORT file"), rows)
 
 
+def fp16_with_deepspeed():
+    """FP16_Optimizer on a real DeepSpeed ZeRO-1 optimizer, in one gloo rank (DeepSpeed lives apart from the
+    environment: ortlab.distributed.zero_deepspeed): a sentence saying what ORT's DeepSpeedZeROModifier did."""
+    from ortlab.distributed import launch
+    from ortlab.distributed.zero_deepspeed import fp16_optimizer_on_deepspeed
+
+    found = launch(fp16_optimizer_on_deepspeed, 1, timeout=300)[0]
+    changed = [w for w in found["warnings"] if "has changed after version" in w]
+    skipped = [w for w in found["warnings"] if w.startswith("Skip modifying")]
+    if not found["same object"]:
+        return f"runs here: FP16_Optimizer modified DeepSpeed {found['deepspeed']}'s {found['optimizer']}"
+    return (f"runs here, and ORT declines: FP16_Optimizer returned DeepSpeed {found['deepspeed']}'s ZeRO-1 "
+            f"optimizer unmodified ({len(changed)} of its functions differ from the DeepSpeed 0.9.2 source ORT "
+            f"compares them with; {skipped[0] if skipped else 'no skip warning'!r}); the source check comes "
+            "before the device check in _ds_modifier.py, so a GPU would not change this")
+
+
 def fp16_with(library):
     """Whether FP16_Optimizer can be shown with 'deepspeed' or 'apex' here: a sentence saying what
-    happened when importing it, and what the modifier would need."""
+    happened (for DeepSpeed, installed apart by `make setup`, fp16_with_deepspeed's run), or when
+    importing the library failed, and what the modifier would need."""
     if library not in ("deepspeed", "apex"):
         raise FusedAdamError(f"library must be 'deepspeed' or 'apex', not {library!r}")
+    from ortlab.distributed.zero_deepspeed import deepspeed_available
+
+    if library == "deepspeed" and deepspeed_available():
+        return fp16_with_deepspeed()
     try:
         with contextlib.redirect_stdout(None):
             importlib.import_module(library)
