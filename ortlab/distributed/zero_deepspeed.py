@@ -15,8 +15,10 @@ plain torch loop that never clipped then trains differently without any message.
 equals one process that calls `clip_grad_norm_(params, 1.0)` before each step (`reference_run(clip=1.0)`).
 """
 import importlib.util
+import math
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -62,19 +64,39 @@ def deepspeed_config(stage, micro_batch, clipping=None):
     return config
 
 
-def _train(deepspeed, rank, world_size, stage, steps, lr, seed, clipping):
-    tokens, targets = toy_batch(world_size, seed=seed)
-    rows = slice(rank * 2, rank * 2 + 2)
+def _start(stages):
+    """Check the stages, import DeepSpeed and adopt the launcher's process group: the module, ready."""
+    if not isinstance(stages, (tuple, list)) or not stages:
+        raise ZeroError(f"stages must be a non-empty tuple of 1, 2 or 3, got {stages!r}")
+    for stage in stages:
+        deepspeed_config(stage, 2)  # checks the stage before anything starts
+    deepspeed = _import_deepspeed()
+    deepspeed.init_distributed(dist_backend=dist.get_backend())
+    return deepspeed
+
+
+def _engine(deepspeed, stage, lr, seed, clipping):
+    """(engine, DeepSpeed's optimizer) for toy_model(seed) with a client torch Adam."""
     model = toy_model(seed)
     optimizer = torch.optim.Adam(_trainable_params(model), lr=lr)
     engine, ds_optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                                       config=deepspeed_config(stage, 2, clipping))
-    losses = []
-    for _ in range(steps):
-        loss = engine(tokens[rows], targets[rows])
-        engine.backward(loss)  # DeepSpeed's backward: its hooks reduce(-scatter) the gradients
-        engine.step()          # the partitioned update, the parameter all-gather, and zero_grad
-        losses.append(loss.item())
+    return engine, ds_optimizer
+
+
+def _step(engine, rank, world_size, seed):
+    """One training step on this rank's rows of toy_batch; the loss as a float."""
+    tokens, targets = toy_batch(world_size, seed=seed)
+    rows = slice(rank * 2, rank * 2 + 2)
+    loss = engine(tokens[rows], targets[rows])
+    engine.backward(loss)  # DeepSpeed's backward: its hooks reduce(-scatter) the gradients
+    engine.step()          # the partitioned update, the parameter all-gather, and zero_grad
+    return loss.item()
+
+
+def _train(deepspeed, rank, world_size, stage, steps, lr, seed, clipping):
+    engine, ds_optimizer = _engine(deepspeed, stage, lr, seed, clipping)
+    losses = [_step(engine, rank, world_size, seed) for _ in range(steps)]
     params = list(engine.module.parameters())
     with deepspeed.zero.GatheredParameters(params):  # a no-op below stage 3
         full = {_clean(n): p.detach().clone() for n, p in engine.module.named_parameters()}
@@ -99,12 +121,7 @@ def deepspeed_check(rank, world_size, stages=STAGES, steps=3, lr=0.05, seed=0, c
     if not isinstance(clippings, (tuple, list)) or not clippings or not all(
             c is None or (isinstance(c, (int, float)) and not isinstance(c, bool) and c >= 0) for c in clippings):
         raise ZeroError(f"clippings must be a non-empty tuple of norms >= 0 or None, got {clippings!r}")
-    if not isinstance(stages, (tuple, list)) or not stages:
-        raise ZeroError(f"stages must be a non-empty tuple of 1, 2 or 3, got {stages!r}")
-    for stage in stages:
-        deepspeed_config(stage, 2)  # checks the stage before anything starts
-    deepspeed = _import_deepspeed()
-    deepspeed.init_distributed(dist_backend=dist.get_backend())  # adopts the launcher's process group
+    deepspeed = _start(stages)
     out = {}
     for clipping in clippings:
         for stage in stages:
@@ -115,7 +132,7 @@ def deepspeed_check(rank, world_size, stages=STAGES, steps=3, lr=0.05, seed=0, c
 
 
 def _first_line(message, width=200):
-    line = str(message).strip().splitlines()[0] if str(message).strip() else ""
+    line = (str(message).strip().splitlines() or [""])[0]
     return line if len(line) <= width else line[:width - 3] + "..."
 
 
@@ -126,25 +143,15 @@ def fp16_optimizer_on_deepspeed(rank, world_size, stage=1):
     Returns {'optimizer' (DeepSpeed's class, qualified as ORT's registry keys it), 'same object' (whether
     FP16_Optimizer returned it unmodified), 'warnings' (the first line of each warning it gave), 'deepspeed'
     (the version), 'step ran'}."""
-    import warnings
-
-    deepspeed_config(stage, 2)
-    deepspeed = _import_deepspeed()
-    deepspeed.init_distributed(dist_backend=dist.get_backend())
+    deepspeed = _start((stage,))
     from onnxruntime.training.optim import FP16_Optimizer
 
-    model = toy_model(0)
-    engine, ds_optimizer, _, _ = deepspeed.initialize(
-        model=model, optimizer=torch.optim.Adam(_trainable_params(model), lr=0.05),
-        config=deepspeed_config(stage, 2, 0.0))
+    engine, ds_optimizer = _engine(deepspeed, stage, lr=0.05, seed=0, clipping=0.0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         returned = FP16_Optimizer(ds_optimizer)
-    tokens, targets = toy_batch(world_size)
-    loss = engine(tokens[rank * 2:rank * 2 + 2], targets[rank * 2:rank * 2 + 2])
-    engine.backward(loss)
-    engine.step()
+    loss = _step(engine, rank, world_size, seed=0)
     cls = type(ds_optimizer)
     return {"optimizer": f"{cls.__module__}.{cls.__qualname__}", "same object": returned is ds_optimizer,
             "warnings": [_first_line(w.message) for w in caught], "deepspeed": deepspeed.__version__,
-            "step ran": bool(torch.isfinite(loss).item())}
+            "step ran": math.isfinite(loss)}
