@@ -4,7 +4,7 @@
     load_torch_profile(path)     torch.profiler's trace -> Profile (torch_profile.py)
     profile_torch(step, steps)   run a step function under torch.profiler
     Profile.top(), .op_type_table(), .compare(other), .timeline()
-    diagnose(model), diagnose_dumps(graphs), cast_targets(model)   seed 004's checklist (graph_doctor.py)
+    diagnose(model), diagnose_dumps(graphs), cast_targets(model)   the Performance Investigation checks
     @register_check def my_check(graph, uses) -> [Finding]          one more check in CHECKS (a Registry)
     tool_table(), run_tools(), runs_table(), print_runs()   nvprof, Nsight, perf: which ran here and why (tools.py)
 """

@@ -1,4 +1,4 @@
-"""The checklist of seed 004 ("Performance Investigation") run on a graph, usually ORTModule's dumps.
+"""The checklist of ORTModule's "Performance Investigation" guide run on a graph, usually ORTModule's dumps.
 
 Each check is one registered function that looks at one graph and returns findings:
 - memcpy: Memcpy nodes (ideally none), and nodes sandwiched by MemcpyToHost / MemcpyFromHost
@@ -248,7 +248,7 @@ def _model(model):
 
 def cast_targets(model):
     """{type: number of Casts to it} in a model, e.g. {'bfloat16': 5, 'float': 4, 'int64': 1}
-    (seed 004: read a Cast's `to` as onnx.proto's TensorProto.DataType)."""
+    (the Performance Investigation guide: read a Cast's `to` as onnx.proto's TensorProto.DataType)."""
     found = defaultdict(int)
     for node in _model(model).graph.node:
         if node.op_type == "Cast":
@@ -270,8 +270,8 @@ def diagnose(model, checks=None, label="graph"):
 
 
 def diagnose_dumps(graphs):
-    """Seed 004's checklist on ORTModule's dumps ({kind: model}, e.g. OrtModuleRun.graphs()),
-    each check on the dump where seed 004 looks (DUMP_FOR_CHECK, else the execution graph)."""
+    """The Performance Investigation checklist on ORTModule's dumps ({kind: model}, e.g. OrtModuleRun.graphs()),
+    each check on the dump where the guide looks (DUMP_FOR_CHECK, else the execution graph)."""
     missing = {"optimized_pre_grad", "execution_model"} - set(graphs)
     if missing:
         raise DoctorError(f"the dumps lack {sorted(missing)}; train with save_onnx=True")

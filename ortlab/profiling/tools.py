@@ -1,5 +1,6 @@
-"""Seed 004's external profilers (nvprof and the Visual Profiler, their successors Nsight Systems and
-Nsight Compute, Linux perf): what each shows, its command, and which of them this machine can run.
+"""The external profilers of ORTModule's Performance Investigation guide (nvprof and the Visual
+Profiler, their successors Nsight Systems and Nsight Compute, Linux perf): what each shows, its command,
+and which of them this machine can run.
 
 - nsys (Nsight Systems): the timeline of CUDA kernels, copies and NVTX ranges (ORT marks each node
   with an NVTX range when built with --enable_nvtx_profile);

@@ -1,6 +1,6 @@
 """A profile as plain data: kernel events and run spans from a Chrome trace, with the views a
-performance investigation starts from (seed 004): top kernels, time by op type, two profiles
-compared, and a timeline.
+performance investigation starts from (ORTModule's Performance Investigation guide): top kernels,
+time by op type, two profiles compared, and a timeline.
 
 Both ORT's profiler (onnxruntime/core/common/profiler.cc writes the trace) and torch.profiler
 (`export_chrome_trace`) write the Chrome trace-event format; ort_profile.py and

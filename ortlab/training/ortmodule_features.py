@@ -1,6 +1,6 @@
 """ORTModule's optional features switched on one at a time, each against the same model trained in
-PyTorch (seed 001's features 1-6, issue 20): what ORT 1.19.2 does to the graph, and whether the
-losses still equal PyTorch's.
+PyTorch (features 1-6 of the ONNX Runtime Training Guidelines): what ORT 1.19.2 does to the graph,
+and whether the losses still equal PyTorch's.
 
     recompute(...)                    0. ORTMODULE_MEMORY_OPT_LEVEL=1: '*_recompute' nodes, losses unchanged
     mem_efficient_grad_fix()          context manager: the one-line fix for MEM_EFFICIENT_GRAD_MGMT's crash
@@ -521,7 +521,7 @@ def _switch_remark(switch, on, facts):
 
 def sparsity_switches(density=0.6, steps=1, switches=tuple(SPARSITY_SWITCHES)):
     """The label-sparsity model at `density` under each ORTMODULE_* switch (SPARSITY_SWITCHES):
-    facts['on'] says whether the ShrunkenGather appeared. In 1.19.2 ENABLE_SPARSE_OPTIMIZER (seed 001's
+    facts['on'] says whether the ShrunkenGather appeared. In 1.19.2 ENABLE_SPARSE_OPTIMIZER (the guidelines'
     name) and ENABLE_LABEL_SPARSE_OPTIMIZER are never read; ENABLE_EMBEDDING_SPARSE_OPTIMIZER=0 turns
     *label* sparsity off (_export_model passes the embedding flag to the label hook)."""
     _check_densities([density])
