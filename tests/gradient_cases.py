@@ -164,3 +164,12 @@ CASES = [
          {"reduction": "sum", "ignore_index": 3}, id="SCELoss-sum-ignore"),
     Case("Where", [const(rng.random((2, 3)) > 0.5), x(2, 3), x(3)], torch.where, id="Where-broadcast"),
 ]
+# Builders added after the list above (tests/test_gradient_builders_more.py checks them further)
+CASES += [
+    Case("Max", [x(2, 3), x(3)], torch.maximum, id="Max-broadcast"),
+    Case("Min", [x(2, 3), x(2, 1)], torch.minimum, id="Min-broadcast"),
+    Case("Abs", [x(3, 4)], torch.abs, id="Abs"),
+    Case("Clip", [x(3, 4), const(np.array(-0.5, np.float32)), const(np.array(0.7, np.float32))],
+         lambda a, lo, hi: torch.clamp(a, lo, hi), id="Clip"),
+    Case("LeakyRelu", [x(3, 4)], lambda a: tf.leaky_relu(a, 0.2), {"alpha": 0.2}, id="LeakyRelu"),
+]

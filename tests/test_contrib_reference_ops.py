@@ -177,6 +177,8 @@ CASES = {
     "SigmoidGrad": [Case("from-Y", [f(3, 4), sigmoid(f(3, 4))])],
     "TanhGrad": [Case("from-Y", [f(3, 4), np.tanh(f(3, 4))])],
     "GeluGrad": [Case("x", [f(3, 4), f(3, 4)])],
+    "LeakyReluGrad": [Case("alpha-default", [f(3, 4), f(3, 4)]),
+                      Case("alpha", [f(3, 4), f(3, 4)], {"alpha": 0.3})],
     "SoftmaxGrad_13": [
         Case("axis-default", [f(2, 3, 4), softmax(f(2, 3, 4), -1)]),
         Case("axis1-one-axis-not-flattened", [f(2, 3, 4), softmax(f(2, 3, 4), 1)], {"axis": 1}),

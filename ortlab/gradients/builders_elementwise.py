@@ -29,7 +29,7 @@ def get_add_gradient(b):
 def get_sum_gradient(b):
     """Every input gets dY, reduced over its broadcast axes (the variadic Add).
     ORT 1.19.2 has no Sum builder."""
-    return _binary(b, [b.GO(0)] * len(b.node.inputs))
+    return _binary(b, [b.GO(0)] * len(b.node.inputs), identity=True)
 
 
 @register_gradient("Sub")
@@ -47,13 +47,71 @@ def get_mul_gradient(b):
 
 @register_gradient("Div")
 def get_div_gradient(b):
-    """dA = dY / B, dB = -dY·A / B². ORT: Div when only A needs a gradient, else DivGrad
-    (com.microsoft) computing both; each reduced over broadcast axes."""
+    """dA = dY / B, dB = -dY·A / B². ORT: Div then HandleBroadcasting when only A needs a
+    gradient; else one DivGrad (com.microsoft), whose outputs are already shaped like A and B
+    (it reduces over the broadcast axes itself), so nothing is reduced after it."""
     if not b.needs(1):
         return _binary(b, [b.emit("Div", [b.GO(0), b.I(1)]), None])
-    outputs = [b.IA("dA") if b.needs(0) else "", b.IA("dB")]
+    outputs = [b.GI(0) if b.needs(0) else "", b.GI(1)]
     b.emit("DivGrad", [b.GO(0), b.I(0), b.I(1)], outputs, domain=MS)
-    return _binary(b, [outputs[0] or None, outputs[1]])
+    return [outputs[0] or None, outputs[1]]
+
+
+def _min_max(b):
+    """dX_i = dY·[X_i = Y] / Σ_j [X_j = Y], reduced over X_i's broadcast axes: tied inputs share
+    dY equally. ORT (GetMinMaxGradient): Equal, Cast per input, Sum, Div, Mul, HandleBroadcasting;
+    a single input gets Identity."""
+    n = len(b.node.inputs)
+    if n == 1:
+        return [b.emit("Identity", [b.GO(0)], [b.GI(0)])]
+    masks = [b.emit("Cast", [b.emit("Equal", [b.I(i), b.O(0)])], to=b.elem_type(b.I(i))) for i in range(n)]
+    scaled = b.emit("Div", [b.GO(0), b.emit("Sum", masks)])
+    return _binary(b, [b.emit("Mul", [scaled, masks[i]]) if b.needs(i) else None for i in range(n)])
+
+
+@register_gradient("Max")
+def get_max_gradient(b):
+    """dX_i = dY where X_i is the maximum (shared among ties), reduced over broadcast axes.
+    ORT: Equal, Cast, Sum, Div, Mul, then HandleBroadcasting (GetMinMaxGradient)."""
+    return _min_max(b)
+
+
+@register_gradient("Min")
+def get_min_gradient(b):
+    """dX_i = dY where X_i is the minimum (shared among ties), reduced over broadcast axes.
+    ORT: Equal, Cast, Sum, Div, Mul, then HandleBroadcasting (GetMinMaxGradient)."""
+    return _min_max(b)
+
+
+@register_gradient("Abs")
+def get_abs_gradient(b):
+    """dX = dY·sign(X) (0 at X = 0). ORT: Sign, Mul."""
+    return [b.emit("Mul", [b.GO(0), b.emit("Sign", [b.I(0)])], [b.GI(0)])]
+
+
+@register_gradient("Clip")
+def get_clip_gradient(b):
+    """dX = dY·[min <= X <= max] (1 at the bounds: a subgradient); min and max get none.
+    ORT: GreaterOrEqual, LessOrEqual, And, Cast, Mul (Identity when neither bound is given)."""
+    low = b.I(1) or (b.constant(b.attr("min"), like=b.I(0)) if b.attr("min") is not None else "")
+    high = b.I(2) or (b.constant(b.attr("max"), like=b.I(0)) if b.attr("max") is not None else "")
+    masks = []  # before opset 11 the bounds are the attributes min and max
+    if low:
+        masks.append(b.emit("GreaterOrEqual", [b.I(0), low]))
+    if high:
+        masks.append(b.emit("LessOrEqual", [b.I(0), high]))
+    nones = [None] * (len(b.node.inputs) - 1)
+    if not masks:
+        return [b.emit("Identity", [b.GO(0)], [b.GI(0)])] + nones
+    mask = masks[0] if len(masks) == 1 else b.emit("And", masks)
+    mask = b.emit("Cast", [mask], to=b.elem_type(b.I(0)))
+    return [b.emit("Mul", [b.GO(0), mask], [b.GI(0)])] + nones
+
+
+@register_gradient("LeakyRelu")
+def get_leakyrelu_gradient(b):
+    """dX = dY where Y > 0, alpha·dY elsewhere. ORT: LeakyReluGrad (com.microsoft) reading Y."""
+    return [b.emit("LeakyReluGrad", [b.GO(0), b.O(0)], [b.GI(0)], domain=MS, alpha=b.attr("alpha", 0.01))]
 
 
 @register_gradient("Neg")

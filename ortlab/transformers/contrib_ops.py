@@ -215,6 +215,15 @@ class GeluGrad(ContribOp):
 
 
 @register_reference_op
+class LeakyReluGrad(ContribOp):
+    """dY where Y > 0, alpha * dY elsewhere (Y the forward output). Mirrors
+    orttraining/orttraining/training_ops/cpu/activation/activations_grad.cc."""
+
+    def _run(self, dy, y, alpha=0.01):
+        return (np.where(y > 0, dy, dy * np.asarray(alpha, dy.dtype)).astype(dy.dtype),)
+
+
+@register_reference_op
 class SoftmaxGrad_13(ContribOp):  # noqa: N801 (ORT's op name)
     """Y * (dY - sum(dY * Y)) along one axis (opset-13 Softmax). Mirrors
     orttraining/orttraining/training_ops/cpu/op_gradients.cc."""
