@@ -158,6 +158,22 @@ class OrtModuleRun:
         """Log lines containing every one of `words`."""
         return [line for line in self.log if all(w in line for w in words)]
 
+    def records(self, kind="orttraining [INFO]", width=130):
+        """ORTModule's own log lines of one kind, each with the field list that follows it: ModelInfoForExport,
+        ExportedModelInfo and PostExportProcessedModelInfo print one indented, tab-led line per field
+        (the `__str__`s in ortmodule/_io.py and ortmodule/_graph_transition_manager.py). Each line is
+        cut to `width` characters; a field keeps a 4-space indent."""
+        kept, inside = [], False
+        for line in self.log:
+            if line.startswith(kind):
+                kept.append(line[:width])
+                inside = True
+            elif inside and line[:1].isspace() and "\t" in line:
+                kept.append("    " + line.strip()[:width - 4])
+            else:
+                inside = False
+        return kept
+
     def __repr__(self):
         how = "fell back to PyTorch" if self.fell_back else "ran in ORT"
         return (f"OrtModuleRun({len(self.losses)} steps, {how}, loss {self.losses[0]:.4f} -> "

@@ -1,0 +1,36 @@
+"""OrtModuleRun.records: ORTModule's INFO lines keep the field lists ORT prints under them."""
+import copy
+
+from ortlab import models
+from ortlab.training import ortmodule as om
+from ortlab.training.ortmodule import OrtModuleRun
+
+
+def _run(log):
+    return OrtModuleRun(losses=[0.0], log=log, folder=None, prefix="m", fell_back=False, seconds=0.0)
+
+
+def test_a_field_list_stays_with_its_line_and_other_indented_lines_do_not():
+    log = ["orttraining [INFO] - do_export started: ModelInfoForExport class:",
+           "            \tInput names:   ['x']",
+           "Exported graph: graph(%x : Float(*),",
+           "      %w : Float(4)):",
+           "orttraining [WARNING] - [export] Filtered logs (0 records suppressed):",
+           "    orttraining [INFO] - Exporting the PyTorch model to ONNX...",
+           "orttraining [INFO] - done: ExportedModelInfo class:",
+           "            \tonnx_graph_input_names: ['x', 'w']"]
+    assert _run(log).records() == [log[0], "    Input names:   ['x']", log[6],
+                                   "    onnx_graph_input_names: ['x', 'w']"]
+    assert _run(log).records(width=20)[1] == "    Input names:   ["
+
+
+def test_the_real_ortmodule_log_keeps_its_model_info_fields():
+    mlp = models.get("mlp")
+    run = om.train(copy.deepcopy(mlp), [mlp.example_inputs()], 1, log_level="INFO", save_onnx=False)
+    text = "\n".join(run.records())
+    # ModelInfoForExport (_io.py) and PostExportProcessedModelInfo (_graph_transition_manager.py)
+    # name the forward's inputs; the MLP's forward takes (x, labels)
+    assert "ModelInfoForExport class:\n    Export mode:" in text
+    assert "    Input names:                      ['x', 'labels']" in text
+    assert "    onnx_graph_input_names_user_defined: ['x', 'labels']" in text
+    assert "Exported graph" not in text
