@@ -9,7 +9,7 @@ import torch
 import ortcheck
 from gradient_cases import Case
 from ortlab import OrtlabError
-from ortlab.gradients import build_gradient_graph, ort_gradient_graph
+from ortlab.gradients import OrtGradientError, build_gradient_graph, ort_gradient_graph
 
 
 def shape_pairs(count=14, seed=0):
@@ -163,3 +163,63 @@ def test_max_shares_the_gradient_among_ties_as_torch_and_ort_do():
     for x in case.x_names:
         np.testing.assert_allclose(ours[f"{x}_grad"], expected[x], rtol=1e-5)
         np.testing.assert_allclose(theirs[f"{x}_grad"], expected[x], rtol=1e-5)
+
+
+def symbolic(model):
+    """The model with every dim of its inputs a symbol of its own (and no shape for the loss
+    weights' product): builders must then take their run-time (Shape, BroadcastGradientArgs) path."""
+    for vi in model.graph.input:
+        for k, dim in enumerate(vi.type.tensor_type.shape.dim):
+            dim.dim_param = f"{vi.name}_d{k}"
+    return model
+
+
+DYNAMIC = [c for c in CASES if c.op in ("Add", "Sub", "Mul", "Div", "Max", "Min", "MatMul")]
+
+
+@pytest.mark.parametrize("case", DYNAMIC, ids=lambda c: c.id)
+def test_broadcast_gradient_with_symbolic_shapes_equals_torch(case):
+    model = symbolic(case.model())
+    expected = case.torch_gradients()
+    got = run(build_gradient_graph(model, case.x_names, "loss"), case.feeds)
+    for x in case.x_names:
+        assert np.shape(got[f"{x}_grad"]) == expected[x].shape, (x, np.shape(got[f"{x}_grad"]))
+        np.testing.assert_allclose(got[f"{x}_grad"], expected[x], rtol=1e-4, atol=1e-5, err_msg=x)
+    ORT_SYMBOLIC[case.id] = outcome = ort_symbolic_outcome(case, model, expected)
+    if case.op in ("Max", "Min", "MatMul") or case.id.startswith("Div-") and "only" not in case.id:
+        assert outcome == "agrees"  # these read Y's shape or reduce inside DivGrad at run time
+    assert outcome in ("agrees", "refuses", "wrong shape", "fails at run time")
+
+
+# What ORT 1.19.2's builder does with symbolic shapes (gradient_builder_base.cc,
+# ComputeBroadcastBackwardAxes): two different symbols are taken as equal ("a relaxing case",
+# logged at INFO), so a symbol that is 1 at run time is not reduced: a gradient of the wrong shape,
+# no error. Its Div builder (A only) can build a Reshape that fails at run time. Axes missing on one side (different ranks) send it to HandleBroadcasting, which needs
+# dY's static shape and fails its ORT_ENFORCE.
+ORT_SYMBOLIC = {}
+
+
+def ort_symbolic_outcome(case, model, expected):
+    try:
+        graph = ort_gradient_graph(model, case.x_names, "loss")
+    except OrtGradientError as exc:
+        assert "GetShape(input_grad, input_grad_shape).IsOK() was false" in str(exc), exc
+        return "refuses"
+    try:
+        theirs = run(graph, case.feeds)
+    except OrtlabError as exc:  # a Reshape of the reduced gradient to a wrong shape
+        assert "cannot be reshaped to the requested shape" in str(exc), exc
+        return "fails at run time"
+    if any(np.shape(theirs[f"{x}_grad"]) != expected[x].shape for x in case.x_names):
+        return "wrong shape"
+    for x in case.x_names:
+        np.testing.assert_allclose(theirs[f"{x}_grad"], expected[x], rtol=1e-4, atol=1e-5, err_msg=x)
+    return "agrees"
+
+
+def test_orts_symbolic_shape_outcomes_include_a_silently_wrong_shape():
+    case = Case("Add", [(arr((3, 1)), True), (arr((1, 4)), True)], torch.add)
+    model = symbolic(case.model())
+    assert ort_symbolic_outcome(case, model, case.torch_gradients()) == "wrong shape"
+    case = Case("Mul", [(arr((3, 4)), True), (arr((4,)), True)], torch.mul)
+    assert ort_symbolic_outcome(case, symbolic(case.model()), case.torch_gradients()) == "refuses"
