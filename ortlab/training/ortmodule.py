@@ -32,6 +32,11 @@ LOG_LEVELS = ("VERBOSE", "DEVINFO", "INFO", "WARNING", "ERROR", "FATAL")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STAMP = re.compile(r"^(\s*)\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[.,]\d+ ")
 
+# ORTModule imports torch.utils.cpp_extension, which prints "No CUDA runtime is found, using CUDA_HOME=..."
+# on a machine with a CUDA toolkit and no GPU: noise on every notebook that trains. Imported here first,
+# quietly, it is cached and says nothing when ORTModule (or a learner's cell) imports it again.
+quiet_import("torch.utils.cpp_extension")
+
 
 class OrtModuleError(OrtlabError):
     """ORTModule failed (with fallback disabled), or a helper was given something it cannot use."""
