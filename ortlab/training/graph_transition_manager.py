@@ -6,6 +6,7 @@ tensor leaf a graph input and every dimension dynamic, (3) the post-export proce
 one step: parameters and buffers become graph inputs, so that each run feeds torch's current
 values (ORT's `_post_export_processed_model` does the same through initializer-to-input).
 """
+import contextlib
 import inspect
 import io
 import warnings
@@ -20,6 +21,7 @@ from ortlab.ir import Graph
 from ortlab.ir.node_arg import type_of_tensor
 from ortlab.onnx_defs import DEFAULT_OPSET
 from ortlab.models import plain_torch_export
+from ortlab.training import export_symbolics
 from ortlab.training.io import flatten_outputs, leaf_paths, TensorStub
 
 PREFIX = "module."
@@ -38,6 +40,9 @@ class _FlattenedModule(torch.nn.Module):
     def __init__(self, module, flat_inputs):
         super().__init__()
         self.module, self.flat_inputs, self.output_schema = module, flat_inputs, None
+        # The module's mode, not nn.Module's default (train): torch.onnx.export puts this wrapper
+        # back into the mode it found, recursively, and would switch an eval module to train.
+        self.training = module.training
 
     def forward(self, *tensors):
         args, kwargs = self.flat_inputs.rebuild(tensors)
@@ -80,31 +85,99 @@ class ExportedModel:
     output_names: list
     output_schema: object
     reasons: list = field(default_factory=list)  # why this export happened
+    no_gradient_inputs: dict = field(default_factory=dict)  # fed input -> the parameter it copies, detached
 
 
 def _export(module, flat_inputs, names, opset):
     flat = _FlattenedModule(module, flat_inputs)
     mode = torch.onnx.TrainingMode.TRAINING if flat_inputs.schema.training else torch.onnx.TrainingMode.EVAL
+    try:
+        with torch.no_grad(), unchanged_state(module):
+            n_out = len(flat(*flat_inputs.tensors))
+    except OrtlabError:
+        raise
+    except Exception as exc:
+        raise ExportError(f"the module's forward failed in PyTorch, before any export: {type(exc).__name__}: "
+                          f"{_reason(exc)}; check the inputs against what the module expects") from exc
+    out_names = [f"output_{i}" for i in range(n_out)]
     buffer = io.BytesIO()
-    with warnings.catch_warnings(record=True) as caught, plain_torch_export():
+    with warnings.catch_warnings(record=True) as caught, plain_torch_export(), export_symbolics.registered(opset):
         warnings.simplefilter("ignore")  # the exporter's deprecation notices...
         warnings.simplefilter("always", torch.jit.TracerWarning)  # ...but not the tracer's
         try:
-            with torch.no_grad():
-                n_out = len(flat(*flat_inputs.tensors))
-            out_names = [f"output_{i}" for i in range(n_out)]
             torch.onnx.export(flat, tuple(flat_inputs.tensors), buffer, input_names=names,
                               output_names=out_names, opset_version=opset, training=mode,
                               do_constant_folding=False, export_params=True,
                               dynamic_axes={n: {d: f"{n}_dim{d}" for d in range(t.dim())}
                                             for n, t in zip(names, flat_inputs.tensors)})
         except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise ExportError(f"torch.onnx.export failed: {type(exc).__name__}: {first} (ORTModule "
+            raise ExportError(f"torch.onnx.export failed: {type(exc).__name__}: {_reason(exc)} (ORTModule "
                               "would fall back to PyTorch here; MiniORTModule has no fallback: run "
                               "this module in plain PyTorch or express the op with exportable ones)") from None
     check_tracer_warnings(caught)
     return onnx.load_from_string(buffer.getvalue()), out_names, flat.output_schema
+
+
+def _reason(exc, limit=600):
+    """The exporter's message without the Torch IR dump it appends, cut at `limit` characters."""
+    text = " ".join(line.strip() for line in str(exc).split("Torch IR graph at exception")[0].splitlines()
+                    if line.strip())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class StateUpdateError(ExportError):
+    """The module's forward writes one of its buffers or parameters: the graph cannot do that."""
+
+
+@contextlib.contextmanager
+def unchanged_state(module):
+    """Run the block (one forward of `module`) and refuse if it wrote a buffer or a parameter
+    (in place, `self.count += 1`, or by assignment, `self.avg = ...`); the values are put back.
+
+    The exported graph reads each buffer as an input and returns only the module's outputs, so an
+    update made in forward is done by the export's trace and never again: ORTModule 1.19.2 trains
+    such a module silently, its buffer frozen after one update (a step counter reads 1 after any
+    number of steps; BatchNorm's running statistics stay at their first update)."""
+    before = {n: (t, t._version, t.detach().clone()) for n, t in _state(module)}
+    yield
+    after = dict(_state(module))
+    changed = [n for n, (t, version, value) in before.items()
+               if after.get(n) is not t or t._version != version or not _same(t, value)]
+    if not changed:
+        return
+    for name, (tensor, _, value) in before.items():
+        _put_back(module, name, tensor, value)
+    kinds = {n: "parameter" if n in dict(module.named_parameters()) else "buffer" for n in changed}
+    listed = ", ".join(f"{kinds[n]} {n!r}" for n in changed)
+    raise StateUpdateError(
+        f"the module's forward updates its {listed}: the exported graph reads it as an input and "
+        "cannot write it back, so ORT would train with it frozen after the export's update (ORTModule "
+        "does so silently: a step counter stays at 1, running statistics at their first update). "
+        "Update it outside forward (e.g. in the training loop, under torch.no_grad()), or run the "
+        "module in plain PyTorch")
+
+
+def _state(module):
+    """(name, tensor) of every parameter and buffer."""
+    return list(module.named_parameters()) + list(module.named_buffers())
+
+
+def _same(tensor, value):
+    """Equal values, NaN equal to NaN (a kernel may write a buffer without bumping its version:
+    BatchNorm's running statistics)."""
+    if tensor.is_floating_point() or tensor.is_complex():
+        return torch.allclose(tensor.detach(), value, rtol=0, atol=0, equal_nan=True)
+    return torch.equal(tensor.detach(), value)
+
+
+def _put_back(module, name, tensor, value):
+    """Make `name` the tensor it was before the forward, holding the value it had."""
+    owner_path, _, attribute = name.rpartition(".")
+    owner = module.get_submodule(owner_path) if owner_path else module
+    with torch.no_grad():
+        tensor.copy_(value)
+    store = owner._parameters if attribute in owner._parameters else owner._buffers
+    store[attribute] = tensor
 
 
 # What the tracer says when the module turns a tensor into a Python value: the value seen at
@@ -155,7 +228,8 @@ def _source_line(record):
 
 def post_export_process(model, module):
     """A copy of `model` whose parameter and buffer initializers are graph inputs (named as in
-    module.named_parameters(), without the wrapper's prefix). Returns (model, params, buffers)."""
+    module.named_parameters(), without the wrapper's prefix), and whose ortlab::NoGradient nodes
+    are inputs of their own (lower_no_gradient). Returns (model, params, buffers, no_gradient_inputs)."""
     graph = Graph.from_model(model)
     params = {PREFIX + n for n, _ in module.named_parameters()}
     buffers = {PREFIX + n for n, _ in module.named_buffers()}
@@ -169,7 +243,34 @@ def post_export_process(model, module):
         graph.replace_all_uses(name, short)
         graph.get_or_create_node_arg(short, type_of_tensor(tensor))
         graph.inputs.append(short)
-    return graph.to_model(), param_names, buffer_names
+    no_gradient = lower_no_gradient(graph)
+    return graph.to_model(), param_names, buffer_names, no_gradient
+
+
+def lower_no_gradient(graph):
+    """Each ortlab::NoGradient(W) becomes a graph input `W_no_grad`, which MiniORTModule feeds
+    with W detached: the same values, outside the set the gradient is taken for. Returns
+    {input name: W}. (export_symbolics writes these nodes; ORT's own export has no such node,
+    its ATen ops carry the same meaning.)"""
+    fed = {}
+    for node in [n for n in graph.nodes() if (n.domain, n.op_type) == (export_symbolics.DOMAIN,
+                                                                        export_symbolics.NO_GRADIENT)]:
+        source, output = node.inputs[0].name, node.outputs[0].name
+        if source not in graph.inputs:
+            raise ExportError(f"an embedding with padding_idx reads a weight computed inside forward "
+                              f"({source!r}); MiniORTModule keeps the padding row's gradient at 0 only "
+                              "for a weight that is a parameter, a buffer or an input: use nn.Embedding "
+                              "or F.embedding on a parameter, or drop padding_idx")
+        fed_name = f"{source}_no_grad"
+        graph.remove_node(node)
+        if fed_name not in fed:
+            graph.get_or_create_node_arg(fed_name, graph.node_arg(source).type_proto)
+            graph.inputs.append(fed_name)
+            fed[fed_name] = source
+        graph.replace_all_uses(output, fed_name)
+    if not any(n.domain == export_symbolics.DOMAIN for n in graph.nodes()):
+        graph.opset_imports.pop(export_symbolics.DOMAIN, None)
+    return fed
 
 
 class GraphTransitionManager:
@@ -189,10 +290,10 @@ class GraphTransitionManager:
             return self.model, False
         names = input_names(self.module, flat_inputs.schema)
         exported, out_names, out_schema = _export(self.module, flat_inputs, names, self.opset)
-        processed, params, buffers = post_export_process(exported, self.module)
+        processed, params, buffers, no_gradient = post_export_process(exported, self.module)
         graph_inputs = {i.name for i in processed.graph.input}
         self.model = ExportedModel(exported, processed, names, [n for n in names if n in graph_inputs],
-                                   params, buffers, out_names, out_schema, reasons)
+                                   params, buffers, out_names, out_schema, reasons, no_gradient)
         self.schema = flat_inputs.schema
         self.history.append(reasons)
         return self.model, True

@@ -138,8 +138,28 @@ class OutputSchema:
         return pytree.tree_unflatten(leaves, self.spec)
 
 
+# What a module may return besides tensors, inside tuples, lists and dicts: ORTModule's
+# ORTModelInputOutputType (onnxruntime/training/utils/torch_io_helper.py).
+CONSTANT_OUTPUTS = (type(None), str, int, bool, float)
+
+
+def _check_output_leaves(outputs):
+    """Refuse a leaf that is neither a tensor nor one of CONSTANT_OUTPUTS (e.g. an object of the
+    module's own class), naming it: ORTModule refuses it too ("Unsupported flatten data type")."""
+    for keypath, leaf in pytree.tree_flatten_with_path(outputs)[0]:
+        if not isinstance(leaf, (torch.Tensor, *CONSTANT_OUTPUTS)):
+            path = pytree.keystr(keypath)
+            where = f"output{path}" if path else "the module's output"
+            raise SchemaError(
+                f"{where} is a {type(leaf).__module__}.{type(leaf).__qualname__}, an output type "
+                "MiniORTModule (like ORTModule) does not support: a module may return tensors, None, "
+                "str, int, bool and float, in tuples, lists, namedtuples and dicts; return the "
+                "object's tensors (e.g. as a tuple or a dict) instead")
+
+
 def flatten_outputs(outputs):
     """(tensor leaves, OutputSchema) of whatever a module returned."""
+    _check_output_leaves(outputs)
     leaves, spec = pytree.tree_flatten(outputs)
     tensor_leaves = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor))
     constants = {i: leaf for i, leaf in enumerate(leaves) if i not in tensor_leaves}

@@ -85,6 +85,7 @@ class MiniORTModule(torch.nn.Module):
         self.gradient_builder, self.providers, self.level = gradient_builder, providers, level
         self._transition = GraphTransitionManager(module, opset)
         self._managers, self.calls = {}, 0
+        self.train(module.training)  # the wrapped module's mode, as ORTModule's constructor does
 
     def forward(self, *args, **kwargs):
         self.calls += 1
@@ -105,12 +106,16 @@ class MiniORTModule(torch.nn.Module):
         return exported.output_schema.restore(outputs)
 
     def _feeds(self, exported, flat):
-        """Graph input names and the tensors to feed them: user inputs, parameters, buffers."""
+        """Graph input names and the tensors to feed them: user inputs, parameters, buffers, and
+        the detached copies export_symbolics asked for (no gradient flows into them)."""
         by_name = dict(zip(exported.input_names, flat.tensors))
         state = dict(self.module.named_parameters())
         state.update(self.module.named_buffers())
-        names = exported.used_inputs + exported.parameter_names + exported.buffer_names
-        return names, [by_name[n] if n in by_name else state[n] for n in names]
+        state.update(by_name)
+        state.update({n: state[source].detach() for n, source in exported.no_gradient_inputs.items()})
+        names = (exported.used_inputs + exported.parameter_names + exported.buffer_names
+                 + list(exported.no_gradient_inputs))
+        return names, [state[n] for n in names]
 
     def _manager(self, key, make):
         """One manager per set of values needing gradients (freezing a layer builds a new one)."""

@@ -184,6 +184,7 @@ class ModuleTrainingAgent:
         state = dict(self.module.named_parameters())
         state.update(self.module.named_buffers())
         feeds = {**state, **by_name}
+        feeds.update({n: feeds[source].detach() for n, source in self.exported.no_gradient_inputs.items()})
         names = [i.name for i in self.graphs.training_model.graph.input]
         missing = [n for n in names if n not in feeds]
         if missing:
