@@ -172,4 +172,8 @@ CASES += [
     Case("Clip", [x(3, 4), const(np.array(-0.5, np.float32)), const(np.array(0.7, np.float32))],
          lambda a, lo, hi: torch.clamp(a, lo, hi), id="Clip"),
     Case("LeakyRelu", [x(3, 4)], lambda a: tf.leaky_relu(a, 0.2), {"alpha": 0.2}, id="LeakyRelu"),
+    Case("GatherElements", [x(3, 4), const(np.array([[0, 2], [1, 1], [3, 0]]))],
+         lambda a, i: torch.gather(a, 1, i), {"axis": 1}, id="GatherElements"),
+    Case("Expand", [x(3, 1), const(np.array([2, 3, 4]))], lambda a, s: a.expand(2, 3, 4), id="Expand"),
+    Case("Tile", [x(2, 3), const(np.array([2, 1]))], lambda a, r: a.repeat(2, 1), id="Tile"),
 ]

@@ -201,6 +201,11 @@ CASES = {
         Case("int32-negative-indices", [i64(4, 3), np.array([0, -1, -1], np.int32), f(3, 3)]),
         Case("scalar-index", [i64(2, 4, 3), np.array(2, np.int64), f(2, 3)], {"axis": 1}),
     ],
+    "GatherElementsGrad": [
+        Case("axis1-repeats", [f(3, 2), i64(3, 4), i64([0, 2], [1, 1], [3, 0])], {"axis": 1}),
+        Case("axis0", [f(2, 4), i64(3, 4), i64([2, 0, 2, 1], [2, 2, 0, 0])]),
+        Case("axis-negative-negative-indices", [f(3, 2), i64(3, 4), i64([-1, 0], [-4, 3], [1, -1])], {"axis": -1}),
+    ],
     "SliceGrad": [
         Case("starts-ends", [f(2, 2), i64(4, 3), i64(1, 0), i64(3, 2)]),
         Case("axes", [f(2, 1), i64(2, 3), i64(1), i64(2), i64(1)]),

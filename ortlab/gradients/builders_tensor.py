@@ -174,3 +174,38 @@ def get_reducemean_gradient(b):
     count = b.emit("Div", [b.emit("Size", [b.I(0)]), b.emit("Size", [b.O(0)])])
     scale = b.emit("Cast", [count], to=b.elem_type(b.I(0)))
     return [b.emit("Div", [_expand_back(b, b.GO(0)), scale]), None]
+
+
+@register_gradient("GatherElements")
+def get_gatherelements_gradient(b):
+    """Scatter-add dY into zeros shaped like X at the gathered positions along the axis (repeats
+    add up). ORT: Shape(X), GatherElementsGrad (com.microsoft)."""
+    shape = b.emit("Shape", [b.I(0)])
+    return [b.emit("GatherElementsGrad", [b.GO(0), shape, b.I(1)], [b.GI(0)], domain=MS,
+                   axis=b.attr("axis", 0)), None]
+
+
+@register_gradient("Expand")
+def get_expand_gradient(b):
+    """dX = dY summed over the axes Expand broadcast, reshaped to X's shape. ORT: Identity when
+    nothing broadcasts, else HandleBroadcasting (ReduceSum, Shape, Reshape)."""
+    reduced = b.handle_broadcasting(b.GO(0), b.I(0))
+    return [b.emit("Identity", [reduced], [b.GI(0)]) if reduced == b.GO(0) else reduced, None]
+
+
+@register_gradient("Tile")
+def get_tile_gradient(b):
+    """Y = Tile(X[M, N], [a, b]) holds a·b copies of X: view dY as [a, M, b, N] and sum over the
+    repeat axes 0, 2, ... ORT: Shape, Unsqueeze, Concat (the [[a, M], [b, N]] pairs), Reshape,
+    Reshape, ReduceSum(keepdims=0); the even axes are a constant when X's rank is known."""
+    one = b.axes([1])
+    pairs = b.emit("Concat", [b.emit("Unsqueeze", [b.I(1), one]),
+                              b.emit("Unsqueeze", [b.emit("Shape", [b.I(0)]), one])], axis=1)
+    dims = b.emit("Reshape", [pairs, b.axes([-1])])
+    grad = b.emit("Reshape", [b.GO(0), dims])
+    rank = b.rank(b.I(0))
+    if rank is not None:
+        return [b.emit("ReduceSum", [grad, b.axes(list(range(0, 2 * rank, 2)))], [b.GI(0)], keepdims=0), None]
+    start, delta = b.constant(np.array(0, np.int64)), b.constant(np.array(2, np.int64))
+    even = b.emit("Range", [start, b.emit("Size", [dims]), delta])
+    return [b.emit("ReduceSum", [grad, even], [b.GI(0)], keepdims=0), None]

@@ -264,6 +264,27 @@ class GatherGrad(ContribOp):
 
 
 @register_reference_op
+class GatherElementsGrad(ContribOp):
+    """zeros(shape) with dY added where GatherElements took each element along `axis` (repeats
+    add up; negative indices count from the end). Mirrors
+    orttraining/orttraining/training_ops/cpu/tensor/gather_elements_grad.cc."""
+
+    def _run(self, dy, shape, indices, axis=0):
+        shape = [int(d) for d in np.asarray(shape).reshape(-1)]
+        axis = self.axis_of(axis, len(shape))
+        if indices.shape != dy.shape or indices.ndim != len(shape):
+            self.refuse(f"indices {indices.shape} must have dY's shape {dy.shape} and X's rank {len(shape)}")
+        index = indices.astype(np.int64)
+        if np.any(index < -shape[axis]) or np.any(index >= shape[axis]):
+            self.refuse(f"indices must lie in [-{shape[axis]}, {shape[axis]}) along axis {axis}")
+        where = list(np.indices(index.shape, sparse=True))
+        where[axis] = np.where(index < 0, index + shape[axis], index)
+        dx = np.zeros(shape, dy.dtype)
+        np.add.at(dx, tuple(where), dy)
+        return (dx,)
+
+
+@register_reference_op
 class SliceGrad(ContribOp):
     """zeros(shape) with dY written where Slice took its elements. Mirrors
     orttraining/orttraining/training_ops/cpu/tensor/slice_grad.cc (which fails on negative steps in
