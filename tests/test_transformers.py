@@ -103,9 +103,9 @@ CASES = [
     ("gemm-relu", ex.matmul_add(activation="Relu"), ["MatMulAddFusion", "GemmActivationFusion"],
      "com.microsoft:FusedGemm", True, True),
     ("transpose-matmul", ex.matmul_transpose(), ["MatmulTransposeFusion"], "com.microsoft:FusedMatMul", True, True),
-    # ORT also folds a transpose of batch axes (transBatchA); ortlab only the last-two-axes swap
+    # a transpose of the batch axes folds too (transBatchA)
     ("transpose-batch-axes", ex.matmul_transpose(perm=(1, 0, 2)), ["MatmulTransposeFusion"],
-     "com.microsoft:FusedMatMul", False, False),
+     "com.microsoft:FusedMatMul", True, True),
     ("matmul-div", ex.matmul_transpose(scale=2.0), ["MatmulTransposeFusion", "MatMulScaleFusion"],
      "com.microsoft:FusedMatMul", True, True),
     ("mul-matmul", ex.matmul_transpose(scale=2.0, scale_position="before"),
