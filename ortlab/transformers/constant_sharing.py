@@ -18,7 +18,10 @@ SHARED_DTYPES = {np.dtype(t) for t in (np.float32, np.float16, np.float64, np.in
 
 @register_transformer(level=1)
 class ConstantSharing(GraphTransformer):
-    """c1 = c2 (same type, shape and bytes, at most 8 elements) -> one initializer read by both."""
+    """c1 = 2.0, c2 = 2.0 -> one initializer read by both.
+
+    Also a tensor of up to 8 elements: same element type, shape and bytes (see the module's docstring).
+    """
 
     def apply_impl(self, graph):
         first, modified = {}, False

@@ -118,8 +118,13 @@ def transpose_flags(perm):
 
 @register_transformer(level=2)
 class MatmulTransposeFusion(PatternFusion):
-    """MatMul(Transpose(A), B) -> FusedMatMul(A, B, transA, transBatchA) when the Transpose only swaps
-    the last two axes and/or moves the first axis behind the batch axes (the same for B)."""
+    """MatMul(Transpose(A), B) -> FusedMatMul(A, B, transA=1) when the Transpose swaps the last two axes.
+
+    Also (transBatchA=1) when it moves the first axis behind contiguous batch axes, as
+    [M, b.., K] -> [b.., M, K], or both; the same for B (transB, transBatchB); a Transpose with
+    no perm (the reversed axes) counts by its input's rank. A batch move needs A and B of one
+    known rank. Mirrors matmul_transpose_fusion.cc (ORT 1.19.2; not its Cast reordering).
+    """
 
     anchor, fused_op = MATMULS, ("FusedMatMul", MS_DOMAIN)
 
