@@ -84,7 +84,7 @@ def assemble(ptx, arch, timeout=60.0, ptxas=None):
             f.write(ptx)
         try:
             done = subprocess.run([ptxas, "-v", f"-arch={arch}", source, "-o", target],
-                                  capture_output=True, text=True, timeout=timeout)
+                                  capture_output=True, text=True, errors="replace", timeout=timeout)
         except subprocess.TimeoutExpired:
             raise OrtlabError(f"ptxas took longer than {timeout} s for {arch}; pass a larger timeout "
                               "or a smaller kernel") from None

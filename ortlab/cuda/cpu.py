@@ -1,0 +1,255 @@
+"""launch(kernel, grid, block, *args): a CUDA C++ kernel run on the CPU, one thread at a time, checked.
+
+`cpu_kernel(source, name)` compiles the kernel's unchanged source with g++ after `cpu_cuda.h`, a
+header that maps CUDA's built-ins (threadIdx, blockIdx, blockDim, gridDim, __shared__,
+__syncthreads, atomics) onto coroutines of one CPU thread. Two rewrites make it checkable: each
+pointer parameter becomes `ortlab_cpu::ptr<T>`, which knows its array's size, and
+`extern __shared__ T name[]` becomes such a pointer to the launch's dynamic shared memory;
+fixed-size arrays are checked by GCC's -fsanitize=bounds. One shared library per (source, name),
+built once per process.
+
+The schedule is deterministic: blocks one after another, and inside a block every thread runs, in
+thread order (or reversed: schedule="reverse"), until its next __syncthreads() or its end. So a
+result never depends on the run, and a race between two barriers shows as a difference between the
+two schedules (`schedule_differences`). An index outside an array, or a thread that returns while
+others wait at a barrier, stops the launch with an OrtlabError naming the thread and block.
+This is a teaching tool for correctness, not a timing model: warps, warp shuffles, memory fences and
+the GPU's real interleavings are not modelled.
+"""
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ortlab.errors import OrtlabError
+
+HEADER = Path(__file__).with_name("cpu_cuda.h")
+# CUDA C++ parameter types -> numpy dtypes (a pointer parameter takes an array of that dtype)
+DTYPES = {
+    "float": np.float32, "double": np.float64, "bool": np.bool_,
+    "char": np.int8, "signed char": np.int8, "int8_t": np.int8, "unsigned char": np.uint8, "uint8_t": np.uint8,
+    "short": np.int16, "int16_t": np.int16, "unsigned short": np.uint16, "uint16_t": np.uint16,
+    "int": np.int32, "int32_t": np.int32, "unsigned": np.uint32, "unsigned int": np.uint32, "uint32_t": np.uint32,
+    "long": np.int64, "long long": np.int64, "int64_t": np.int64,
+    "unsigned long": np.uint64, "unsigned long long": np.uint64, "uint64_t": np.uint64, "size_t": np.uint64,
+}
+_LOCK = threading.Lock()
+_BUILT = {}
+_DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?"
+                             r"(?P<type>[A-Za-z_][\w ]*?)\s+(?P<name>\w+)\s*\[\s*\]\s*;")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter: `pointer` params take a numpy array of `dtype`, the others a scalar."""
+
+    name: str
+    type: str        # the element type as written, e.g. "const float"
+    pointer: bool
+    const: bool
+    dtype: type
+
+
+@dataclass(frozen=True, eq=False)
+class CpuKernel:
+    name: str
+    params: tuple
+    library: ctypes.CDLL
+
+    def __repr__(self):
+        params = ", ".join(f"{p.type}{'*' if p.pointer else ''} {p.name}" for p in self.params)
+        return f"<CpuKernel {self.name}({params})>"
+
+
+def _signature(source, name):
+    """(start, end) of the parameter list's text of __global__ kernel `name` in `source`."""
+    m = re.search(r"__global__[^;{}]*?\b" + re.escape(name) + r"\s*\(", source)
+    if not m:
+        plain = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", source)
+        found = re.findall(r"__global__[^;{}(]*?\b(\w+)\s*\(", plain)
+        raise OrtlabError(f"no __global__ kernel named {name!r} in the source; its kernels are {found}")
+    depth, start = 1, m.end()
+    for k in range(start, len(source)):
+        depth += {"(": 1, ")": -1}.get(source[k], 0)
+        if depth == 0:
+            return start, k
+    raise OrtlabError(f"kernel {name!r}'s parameter list has no closing parenthesis")
+
+
+def _param(text):
+    words = text.replace("*", " * ").replace("__restrict__", " ").replace("__restrict", " ").split()
+    if len(words) < 2 or not re.fullmatch(r"[A-Za-z_]\w*", words[-1]):
+        raise OrtlabError(f"cannot read kernel parameter {text.strip()!r}: write it as TYPE NAME or TYPE* NAME")
+    name, words = words[-1], words[:-1]
+    stars = words.count("*")
+    const = "const" in words[: words.index("*")] if stars else "const" in words
+    base = " ".join(w for w in words if w not in ("*", "const"))
+    if stars > 1 or base not in DTYPES or (stars and words[-1] != "*" and words[-1] != "const"):
+        raise OrtlabError(f"kernel parameter {text.strip()!r}: the CPU runner takes scalars and one-level "
+                          f"pointers of {sorted(DTYPES)}")
+    return Param(name, ("const " if const else "") + base, bool(stars), const, DTYPES[base])
+
+
+def parse_params(source, name):
+    """The Params of kernel `name`, read from its signature in `source`."""
+    start, end = _signature(source, name)
+    text = source[start:end].strip()
+    if text in ("", "void"):
+        return ()
+    return tuple(_param(p) for p in text.split(","))
+
+
+def _rewrite(source, name, params):
+    """The source with pointer parameters made checked pointers (line numbers unchanged)."""
+    start, end = _signature(source, name)
+    listed = ", ".join(f"ortlab_cpu::ptr<{p.type}> {p.name}" if p.pointer else f"{p.type} {p.name}"
+                       for p in params)
+    source = source[:start] + listed + "\n" * source[start:end].count("\n") + source[end:]
+    return _DYNAMIC_SHARED.sub(lambda m: f"ortlab_cpu::ptr<{m['type']}> {m['name']} = "
+                               f"ortlab_cpu::dynamic_shared<{m['type']}>(\"{m['name']}\");", source)
+
+
+def _wrapper(name, params):
+    args = []
+    for k, p in enumerate(params):
+        if p.pointer:
+            args.append(f'ortlab_cpu::ptr<{p.type}>{{({p.type}*)ortlab_args[{k}], ortlab_sizes[{k}], "{p.name}"}}')
+        else:
+            args.append(f"*({p.type}*)ortlab_args[{k}]")
+    # every name here starts with ortlab_, so that no kernel name or macro of the source collides
+    return f"""
+extern "C" __attribute__((visibility("default"))) int ortlab_launch(
+    void** ortlab_args, const long long* ortlab_sizes, unsigned ortlab_gx, unsigned ortlab_gy, unsigned ortlab_gz,
+    unsigned ortlab_bx, unsigned ortlab_by, unsigned ortlab_bz, int ortlab_reverse, unsigned long long ortlab_shared,
+    char* ortlab_error, int ortlab_error_size) {{
+  return ortlab_cpu::run(dim3(ortlab_gx, ortlab_gy, ortlab_gz), dim3(ortlab_bx, ortlab_by, ortlab_bz), ortlab_reverse,
+                         ortlab_shared, [=] {{ {name}({", ".join(args)}); }}, ortlab_error, ortlab_error_size);
+}}
+"""
+
+
+def cpu_kernel(source, name, timeout=120.0):
+    """The CpuKernel of __global__ kernel `name` in CUDA C++ `source`, compiled by g++ (cached)."""
+    if not isinstance(source, str) or not isinstance(name, str):
+        raise OrtlabError("cpu_kernel takes the CUDA C++ source and the kernel's name, both str")
+    params = parse_params(source, name)
+    header = HEADER.read_text()
+    key = hashlib.sha256("\0".join((source, name, header)).encode()).hexdigest()[:20]
+    if key not in _BUILT:
+        text = (f'#include "{HEADER}"\n#line 1 "kernel.cu"\n' + _rewrite(source, name, params)
+                + '\n#line 1 "ortlab_launch"\n' + _wrapper(name, params))
+        _BUILT[key] = CpuKernel(name, params, ctypes.CDLL(_build(text, key, timeout)))
+    return _BUILT[key]
+
+
+def _build(text, key, timeout):
+    """Path of the shared library for `text`, built once per key (by g++) and shared by processes."""
+    folder = Path(tempfile.gettempdir()) / f"ortlab-cuda-cpu-{os.getuid()}"
+    library = folder / f"{key}.so"
+    if library.exists():
+        return str(library)
+    folder.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=key, dir=folder))  # a process of its own builds here
+    (work / "kernel.cpp").write_text(text)
+    steps = (["g++", "-std=c++17", "-O1", "-g", "-fPIC", "-fvisibility=hidden", "-fsanitize=bounds",
+              "-c", "kernel.cpp", "-o", "kernel.o"],
+             # linked without -fsanitize: the bounds handlers are cpu_cuda.h's, not libubsan's
+             ["g++", "-shared", "kernel.o", "-o", "kernel.so"])
+    for argv in steps:
+        try:
+            done = subprocess.run(argv, cwd=work, capture_output=True, text=True, errors="replace", timeout=timeout,
+                                  env={**os.environ, "LC_ALL": "C"})  # plain quotes in g++'s messages
+        except FileNotFoundError:
+            raise OrtlabError("g++ was not found: the CPU runner compiles kernels with it "
+                              "(apt-get install g++)") from None
+        except subprocess.TimeoutExpired:
+            raise OrtlabError(f"g++ took longer than {timeout} s") from None
+        if done.returncode != 0:
+            errors = [line for line in done.stderr.splitlines() if "error" in line][:5]
+            raise OrtlabError("g++ could not compile the kernel for the CPU runner: "
+                              + ("; ".join(errors) or done.stderr.strip()[-2000:]))
+    os.replace(work / "kernel.so", library)
+    shutil.rmtree(work, ignore_errors=True)
+    return str(library)
+
+
+def _dims(value, what, limit):
+    dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value) if isinstance(value, (tuple, list)) else None
+    if (dims is None or not 1 <= len(dims) <= 3
+            or any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1 for d in dims)):
+        raise OrtlabError(f"{what} must be a positive int or a tuple of 1 to 3 positive ints, got {value!r}")
+    dims = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+    if any(d > m for d, m in zip(dims, limit)):
+        raise OrtlabError(f"{what} {dims} exceeds CUDA's limits {limit}")
+    return dims
+
+
+def _argument(param, value):
+    if param.pointer:
+        if not isinstance(value, np.ndarray):
+            raise OrtlabError(f"parameter {param.name} ({param.type}*) takes a numpy array, "
+                              f"got {type(value).__name__}")
+        if value.dtype != param.dtype:
+            raise OrtlabError(f"parameter {param.name} ({param.type}*) takes {np.dtype(param.dtype).name}, "
+                              f"got {value.dtype.name}: pass array.astype(np.{np.dtype(param.dtype).name})")
+        if not value.flags.c_contiguous:
+            raise OrtlabError(f"parameter {param.name}: the array must be C-contiguous "
+                              "(np.ascontiguousarray(a))")
+        if not param.const and not value.flags.writeable:
+            raise OrtlabError(f"parameter {param.name} ({param.type}*) is written by the kernel "
+                              "but the array is read-only")
+        return value, value.size
+    if isinstance(value, np.ndarray) or not isinstance(value, (int, float, bool, np.generic)):
+        raise OrtlabError(f"parameter {param.name} ({param.type}) takes a number, got {type(value).__name__}")
+    scalar = np.array(value).astype(param.dtype)
+    if scalar.item() != value and not (isinstance(value, float) and param.dtype in (np.float32,)):
+        raise OrtlabError(f"parameter {param.name} ({param.type}) cannot hold {value!r}")
+    return np.ascontiguousarray(scalar.reshape(1)), 1
+
+
+def launch(kernel, grid, block, *args, shared=0, schedule="forward"):
+    """Run `kernel` (a CpuKernel) on grid x block threads with `args` (numpy arrays for pointer
+    parameters, written in place; numbers for the others) and `shared` bytes of dynamic shared
+    memory, threads in `schedule` order ("forward" or "reverse") between barriers."""
+    if not isinstance(kernel, CpuKernel):
+        raise OrtlabError(f"launch takes a CpuKernel from cpu_kernel(source, name), not {type(kernel).__name__}")
+    if schedule not in ("forward", "reverse"):
+        raise OrtlabError(f"schedule must be 'forward' or 'reverse', got {schedule!r}")
+    grid = _dims(grid, "grid", (2**31 - 1, 65535, 65535))
+    block = _dims(block, "block", (1024, 1024, 64))
+    if block[0] * block[1] * block[2] > 1024:
+        raise OrtlabError(f"block {block} has {block[0] * block[1] * block[2]} threads; CUDA allows at most 1024")
+    if len(args) != len(kernel.params):
+        raise OrtlabError(f"{kernel!r} takes {len(kernel.params)} arguments, got {len(args)}")
+    if not isinstance(shared, int) or isinstance(shared, bool) or not 0 <= shared <= 227 * 1024:
+        raise OrtlabError(f"shared must be a number of bytes from 0 to 232448, got {shared!r}")
+    held = [_argument(p, a) for p, a in zip(kernel.params, args)]
+    pointers = (ctypes.c_void_p * max(1, len(held)))(*(h.ctypes.data for h, _ in held))
+    sizes = (ctypes.c_longlong * max(1, len(held)))(*(n for _, n in held))
+    error = ctypes.create_string_buffer(512)
+    with _LOCK:
+        failed = kernel.library.ortlab_launch(pointers, sizes, *map(ctypes.c_uint, grid + block),
+                                              ctypes.c_int(schedule == "reverse"), ctypes.c_ulonglong(shared),
+                                              error, ctypes.c_int(len(error)))
+    if failed:
+        raise OrtlabError(f"kernel {kernel.name} stopped: {error.value.decode(errors='replace')}")
+
+
+def schedule_differences(kernel, grid, block, *args, shared=0):
+    """Names of the array arguments whose results differ between the forward and the reverse schedule
+    (each run on copies): a race between two barriers. The arguments themselves are not changed."""
+    runs = []
+    for schedule in ("forward", "reverse"):
+        copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        launch(kernel, grid, block, *copies, shared=shared, schedule=schedule)
+        runs.append(copies)
+    return [p.name for p, a, b in zip(kernel.params, *runs)
+            if p.pointer and not np.array_equal(a, b, equal_nan=True)]

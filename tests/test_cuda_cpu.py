@@ -1,0 +1,193 @@
+"""ortlab.cuda.cpu: CUDA C++ kernels run on the CPU, checked against numpy.
+
+The kernels are ordinary CUDA C++ (NVRTC compiles the same text, see the last test); results are
+compared with numpy on integer-valued float32 data, so every sum is exact in any order.
+"""
+import numpy as np
+import pytest
+
+import ortlab.cuda as cuda
+from ortlab.cuda import cpu
+from ortlab.errors import OrtlabError
+
+REDUCTION = r"""
+#define BLOCK 256
+extern "C" __global__ void __launch_bounds__(BLOCK) block_sum(const float* x, float* out, int n) {
+  __shared__ float buf[BLOCK];
+  int i = blockIdx.x * BLOCK + threadIdx.x;
+  buf[threadIdx.x] = i < n ? x[i] : 0.0f;
+  __syncthreads();
+  #pragma unroll
+  for (int s = BLOCK / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+    SYNC
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = buf[0];
+}
+"""
+GOOD = REDUCTION.replace("SYNC", "__syncthreads();")
+RACY = REDUCTION.replace("SYNC", "")  # the barrier inside the loop forgotten
+
+TRANSPOSE = r"""
+extern "C" __global__ void transpose(const float* a, float* t, int rows, int cols) {
+  __shared__ float tile[16][17];
+  int c = blockIdx.x * 16 + threadIdx.x, r = blockIdx.y * 16 + threadIdx.y;
+  if (r < rows && c < cols) tile[threadIdx.y][threadIdx.x] = a[r * cols + c];
+  __syncthreads();
+  int tc = blockIdx.y * 16 + threadIdx.x, tr = blockIdx.x * 16 + threadIdx.y;
+  if (tr < cols && tc < rows) t[tr * rows + tc] = tile[threadIdx.x][threadIdx.y];
+}
+"""
+
+HISTOGRAM = r"""
+extern "C" __global__ void histogram(const int* values, unsigned int* counts, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    atomicAdd(&counts[values[i]], 1u);
+}
+"""
+
+REVERSE = r"""
+extern "C" __global__ void reverse(float* y) {
+  extern __shared__ float s[];
+  s[threadIdx.x] = y[threadIdx.x];
+  __syncthreads();
+  y[threadIdx.x] = s[blockDim.x - 1 - threadIdx.x];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def block_sum():
+    return cpu.cpu_kernel(GOOD, "block_sum")
+
+
+def test_block_reduction_matches_numpy_and_the_schedule_does_not_matter(block_sum):
+    x = np.arange(1000, dtype=np.float32)
+    out = np.zeros(4, np.float32)
+    cpu.launch(block_sum, 4, 256, x, out, 1000)
+    padded = np.concatenate([x, np.zeros(24, np.float32)])
+    np.testing.assert_array_equal(out, padded.reshape(4, 256).sum(axis=1))
+    assert cpu.schedule_differences(block_sum, 4, 256, x, out, 1000) == []
+    again = np.zeros(4, np.float32)
+    cpu.launch(block_sum, 4, 256, x, again, 1000, schedule="reverse")
+    np.testing.assert_array_equal(again, out)
+
+
+def test_a_forgotten_barrier_is_a_race_the_two_schedules_show():
+    racy = cpu.cpu_kernel(RACY, "block_sum")
+    x = np.arange(512, dtype=np.float32)
+    out = np.zeros(2, np.float32)
+    assert cpu.schedule_differences(racy, 2, 256, x, out, 512) == ["out"]
+    assert not out.any()  # schedule_differences works on copies
+
+
+def test_an_index_past_a_pointer_parameters_array_stops_the_launch(block_sum):
+    x, out = np.arange(1000, dtype=np.float32), np.zeros(4, np.float32)
+    with pytest.raises(OrtlabError, match=r"thread \(0, 0, 0\) of block \(4, 0, 0\): out\[4\] is out of bounds "
+                                          r"\(out has 4 elements\)"):
+        cpu.launch(block_sum, 5, 256, x, out, 1000)
+
+
+def test_an_index_past_a_shared_array_names_the_source_line():
+    source = GOOD.replace("buf[threadIdx.x] += buf[threadIdx.x + s]", "buf[threadIdx.x] += buf[threadIdx.x + 2 * s]")
+    line = source.splitlines().index(next(l for l in source.splitlines() if "2 * s" in l)) + 1
+    kernel = cpu.cpu_kernel(source, "block_sum")
+    # s = 128: thread 0, which runs first, reads buf[0 + 2 * 128] = buf[256] of a float[256]
+    with pytest.raises(OrtlabError, match=rf"thread \(0, 0, 0\) of block \(0, 0, 0\): kernel.cu line {line}, "
+                                          rf"column \d+: index 256 is out of bounds "
+                                          r"for type 'float \[256\]'"):
+        cpu.launch(kernel, 1, 256, np.ones(256, np.float32), np.zeros(1, np.float32), 256)
+
+
+def test_a_thread_that_returns_before_a_barrier_is_reported():
+    source = r"""
+    extern "C" __global__ void early(float* y, int n) {
+      if (threadIdx.x >= n) return;
+      __syncthreads();
+      y[threadIdx.x] = 1.0f;
+    }
+    """
+    kernel = cpu.cpu_kernel(source, "early")
+    with pytest.raises(OrtlabError, match=r"thread 63 returned while thread 0 waits at __syncthreads\(\) number 1"):
+        cpu.launch(kernel, 1, 64, np.zeros(64, np.float32), 10)
+    y = np.zeros(64, np.float32)
+    cpu.launch(kernel, 1, 64, y, 64)  # every thread reaches the barrier: fine
+    assert (y == 1).all()
+
+
+def test_two_dimensional_blocks_transpose_like_numpy():
+    kernel = cpu.cpu_kernel(TRANSPOSE, "transpose")
+    a = np.arange(40 * 23, dtype=np.float32).reshape(40, 23)
+    t = np.zeros((23, 40), np.float32)
+    cpu.launch(kernel, (2, 3), (16, 16), a, t, 40, 23)
+    np.testing.assert_array_equal(t, a.T)
+
+
+def test_atomics_build_a_histogram_like_bincount():
+    kernel = cpu.cpu_kernel(HISTOGRAM, "histogram")
+    values = np.random.default_rng(0).integers(0, 10, size=1000).astype(np.int32)
+    counts = np.zeros(10, np.uint32)
+    cpu.launch(kernel, 3, 128, values, counts, values.size)
+    np.testing.assert_array_equal(counts, np.bincount(values, minlength=10))
+
+
+def test_dynamic_shared_memory_is_sized_by_the_launch_and_checked():
+    kernel = cpu.cpu_kernel(REVERSE, "reverse")
+    y = np.arange(64, dtype=np.float32)
+    cpu.launch(kernel, 1, 64, y, shared=64 * 4)
+    np.testing.assert_array_equal(y, np.arange(64, dtype=np.float32)[::-1])
+    with pytest.raises(OrtlabError, match=r"s\[32\] is out of bounds \(s has 32 elements\)"):
+        cpu.launch(kernel, 1, 64, y, shared=32 * 4)
+
+
+def test_the_same_source_compiles_for_the_gpu():
+    for source in (GOOD, TRANSPOSE, HISTOGRAM, REVERSE):
+        assert ".target sm_80" in cuda.compile(source, "sm_80").ptx
+
+
+@pytest.mark.parametrize("args, message", [
+    ((np.zeros(4, np.float64), np.zeros(1, np.float32), 4), "takes float32, got float64"),
+    ((np.zeros(4, np.float32), np.zeros(1, np.float32)), "takes 3 arguments, got 2"),
+    ((np.zeros(4, np.float32), [0.0], 4), "takes a numpy array, got list"),
+    ((np.zeros(4, np.float32), np.zeros(1, np.float32), 2**40), "cannot hold"),
+    ((np.zeros(4, np.float32), np.zeros(1, np.float32), np.int32(4).reshape(1)), "takes a number"),
+    ((np.zeros(8, np.float32)[::2], np.zeros(1, np.float32), 4), "C-contiguous"),
+])
+def test_bad_arguments(block_sum, args, message):
+    with pytest.raises(OrtlabError, match=message):
+        cpu.launch(block_sum, 1, 256, *args)
+
+
+def test_a_read_only_array_for_a_written_parameter(block_sum):
+    out = np.zeros(1, np.float32)
+    out.flags.writeable = False
+    with pytest.raises(OrtlabError, match="out .* is written by the kernel but the array is read-only"):
+        cpu.launch(block_sum, 1, 256, np.zeros(4, np.float32), out, 4)
+    x = np.zeros(4, np.float32)
+    x.flags.writeable = False  # a const float* may be read-only
+    cpu.launch(block_sum, 1, 256, x, np.zeros(1, np.float32), 4)
+
+
+@pytest.mark.parametrize("grid, block, message", [
+    (1, 1025, "exceeds CUDA's limits"), (1, (32, 32, 2), "at most 1024"), (0, 256, "grid must be a positive int"),
+    (1, (0, 1), "block must be"), (1.0, 256, "grid must be"), (1, (1, 1, 1, 1), "block must be"),
+    ((1, 70000), 32, "exceeds CUDA's limits"),
+])
+def test_bad_launch_shapes(block_sum, grid, block, message):
+    with pytest.raises(OrtlabError, match=message):
+        cpu.launch(block_sum, grid, block, np.zeros(4, np.float32), np.zeros(1, np.float32), 4)
+
+
+def test_bad_kernels():
+    with pytest.raises(OrtlabError, match=r"no __global__ kernel named 'sum'.*\['block_sum'\]"):
+        cpu.cpu_kernel(GOOD, "sum")
+    with pytest.raises(OrtlabError, match="one-level pointers"):
+        cpu.cpu_kernel('extern "C" __global__ void f(float** p) { }', "f")
+    with pytest.raises(OrtlabError, match="one-level pointers"):
+        cpu.cpu_kernel('extern "C" __global__ void f(float2* p) { }', "f")
+    with pytest.raises(OrtlabError, match="g\\+\\+ could not compile the kernel"):
+        cpu.cpu_kernel('extern "C" __global__ void f(float* p) { p[0] = undefined_name; }', "f")
+    with pytest.raises(OrtlabError, match="takes a CpuKernel"):
+        cpu.launch(GOOD, 1, 256)
+    with pytest.raises(OrtlabError, match="schedule must be"):
+        cpu.launch(cpu.cpu_kernel(REVERSE, "reverse"), 1, 4, np.zeros(4, np.float32), schedule="random")
