@@ -176,4 +176,8 @@ CASES += [
          lambda a, i: torch.gather(a, 1, i), {"axis": 1}, id="GatherElements"),
     Case("Expand", [x(3, 1), const(np.array([2, 3, 4]))], lambda a, s: a.expand(2, 3, 4), id="Expand"),
     Case("Tile", [x(2, 3), const(np.array([2, 1]))], lambda a, r: a.repeat(2, 1), id="Tile"),
+    Case("Conv", [x(1, 4, 5, 5), x(6, 2, 3, 3), x(6)],
+         lambda a, w, b: tf.conv2d(a, w, b, stride=2, padding=1, groups=2),
+         {"group": 2, "strides": [2, 2], "pads": [1, 1, 1, 1]}, id="Conv"),
+    Case("GlobalAveragePool", [x(2, 3, 4, 5)], lambda a: a.mean((2, 3), keepdim=True), id="GlobalAveragePool"),
 ]

@@ -96,6 +96,17 @@ def slice_grad_numpy(index):
     return expect
 
 
+def conv_grad_torch(pads, stride=1):
+    """(dX, dW, dB) of torch's conv2d with ONNX pads [top, left, bottom, right], from autograd."""
+    def expect(dy, x, w):
+        xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+        y = torch.nn.functional.conv2d(torch.nn.functional.pad(xt, (pads[1], pads[3], pads[0], pads[2])), wt,
+                                       stride=stride)
+        y.backward(torch.tensor(dy))
+        return [xt.grad.numpy(), wt.grad.numpy(), dy.sum(axis=(0, 2, 3))]
+    return expect
+
+
 # Keyed by op name, literally (tests/test_registry.py checks each registered op is named here).
 CASES = {
     "Gelu": [Case("3d", [f(2, 3, 4)])],
@@ -205,6 +216,16 @@ CASES = {
         Case("axis1-repeats", [f(3, 2), i64(3, 4), i64([0, 2], [1, 1], [3, 0])], {"axis": 1}),
         Case("axis0", [f(2, 4), i64(3, 4), i64([2, 0, 2, 1], [2, 2, 0, 0])]),
         Case("axis-negative-negative-indices", [f(3, 2), i64(3, 4), i64([-1, 0], [-4, 3], [1, -1])], {"axis": -1}),
+    ],
+    "ConvGrad": [
+        Case("groups-pads-strides", [f(2, 6, 3, 3), f(2, 4, 6, 5), f(6, 2, 3, 3)],
+             {"group": 2, "strides": [2, 2], "pads": [1, 1, 1, 1]}, outputs=("y0", "y1", "y2")),
+        Case("dilations-no-dB", [f(1, 3, 2, 2), f(1, 2, 7, 7), f(3, 2, 3, 3)], {"dilations": [2, 2], "strides": [2, 2]},
+             outputs=("y0", "y1")),
+        Case("1d-dW-only", [f(2, 4, 3), f(2, 3, 8), f(4, 3, 3)], {"strides": [2]}, outputs=("", "y1", "")),
+        Case("same-upper-vs-torch-ORT-ignores-auto_pad", [f(1, 3, 3, 3), f(1, 2, 5, 6), f(3, 2, 3, 3)],
+             {"auto_pad": "SAME_UPPER", "strides": [2, 2]}, outputs=("y0", "y1", "y2"),
+             expect=conv_grad_torch((1, 0, 1, 1), 2)),
     ],
     "SliceGrad": [
         Case("starts-ends", [f(2, 2), i64(4, 3), i64(1, 0), i64(3, 2)]),

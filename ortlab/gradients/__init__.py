@@ -6,7 +6,7 @@
     @register_gradient("Op", domain="")                 add a builder (one function per op)
     register_ort_gradient("Op", builder_or_definition)  add a gradient to ORT's own C++ builder
 """
-from ortlab.gradients import builders_elementwise, builders_nn, builders_tensor  # noqa: F401 (they register)
+from ortlab.gradients import builders_conv, builders_elementwise, builders_nn, builders_tensor  # noqa: F401 (they register)
 from ortlab.gradients.builder_base import GradientBuilderBase, GradientBuilderError
 from ortlab.gradients.checker import GradientCheck, GradientCheckError, check_gradient, numeric_gradient
 from ortlab.gradients.external import builder_from_definition, gradient_definition, register_ort_gradient

@@ -285,6 +285,57 @@ class GatherElementsGrad(ContribOp):
 
 
 @register_reference_op
+class ConvGrad(ContribOp):
+    """(dX, dW, dB) of Conv (any number of spatial dims, groups, strides, pads, dilations,
+    auto_pad): for each kernel offset, dW += the strided window of padded X times dY, and dY times
+    W is added back into that window of padded dX. Mirrors
+    orttraining/orttraining/training_ops/cpu/nn/conv_grad.cc."""
+
+    def _run(self, dy, x, w, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
+             strides=None):
+        spatial = x.ndim - 2
+        if spatial < 1 or w.ndim != x.ndim or dy.ndim != x.ndim:
+            self.refuse(f"dY {dy.shape}, X {x.shape} and W {w.shape} must share one rank >= 3")
+        if x.shape[1] % group or w.shape[0] % group or w.shape[1] * group != x.shape[1]:
+            self.refuse(f"group={group} does not split X's {x.shape[1]} channels and W {w.shape}")
+        strides, dilations = list(strides or [1] * spatial), list(dilations or [1] * spatial)
+        begin, end = conv_pads(auto_pad, pads, x.shape[2:], w.shape[2:], strides, dilations)
+        xpad = np.pad(x, [(0, 0), (0, 0)] + list(zip(begin, end)))
+        dxpad, dw = np.zeros_like(xpad), np.zeros_like(w)
+        cg, mg = x.shape[1] // group, w.shape[0] // group
+        summed = [0] + list(range(2, x.ndim))  # batch and space
+        for offset in np.ndindex(*w.shape[2:]):
+            window = tuple(slice(o * d, o * d + s * (n - 1) + 1, s)
+                           for o, d, s, n in zip(offset, dilations, strides, dy.shape[2:]))
+            for g in range(group):
+                xs = (slice(None), slice(g * cg, (g + 1) * cg)) + window
+                ws = (slice(g * mg, (g + 1) * mg), slice(None)) + offset
+                dys = dy[:, g * mg:(g + 1) * mg]
+                dw[ws] += np.tensordot(dys, xpad[xs], axes=(summed, summed))
+                dxpad[xs] += np.moveaxis(np.tensordot(dys, w[ws], axes=([1], [0])), -1, 1)
+        dx = dxpad[(slice(None), slice(None)) + tuple(slice(p, p + n) for p, n in zip(begin, x.shape[2:]))]
+        db = dy.sum(axis=(0,) + tuple(range(2, dy.ndim))).astype(dy.dtype)
+        return (dx, dw, db)[:len(self.onnx_node.output)]
+
+
+def conv_pads(auto_pad, pads, in_dims, k_dims, strides, dilations):
+    """(begin, end) pads per spatial dim: the attribute, or what SAME_UPPER/SAME_LOWER/VALID make
+    (total = max(0, (ceil(in / stride) - 1)·stride + (k - 1)·dilation + 1 - in), the odd one at the
+    end for SAME_UPPER, at the start for SAME_LOWER; onnx/defs/nn/defs.cc)."""
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    n = len(in_dims)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        total = [max(0, (-(-i // s) - 1) * s + (k - 1) * d + 1 - i)
+                 for i, k, s, d in zip(in_dims, k_dims, strides, dilations)]
+        small = [t // 2 for t in total]
+        big = [t - h for t, h in zip(total, small)]
+        return (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+    if auto_pad == "VALID" or not pads:
+        return [0] * n, [0] * n
+    return list(pads[:n]), list(pads[n:])
+
+
+@register_reference_op
 class SliceGrad(ContribOp):
     """zeros(shape) with dY written where Slice took its elements. Mirrors
     orttraining/orttraining/training_ops/cpu/tensor/slice_grad.cc (which fails on negative steps in
