@@ -16,6 +16,10 @@ all-to-all (nccl/src/device/sendrecv.h, as used by torch's all_to_all_single on 
 - all-to-all: N-1 pairwise steps; at step s rank r sends its chunk for rank r+s and receives rank r-s's
   chunk for it (the chunk shapes are exchanged first, so uneven splits need no split sizes).
 
+Before any payload moves, each function sends one row per rank (dtype, shape) once around the ring, so a
+rank whose tensor differs is named by the same CollectiveError on every rank (a recv of the wrong size would
+make gloo abort the process); those bytes are counted in the trace's `meta_bytes_sent`, not `bytes_sent`.
+
 Each function can fill a `CollectiveTrace`: a snapshot of what this rank holds after every step (which
 ranks' data each chunk sums, its size and values: plain data) and the bytes it sent. `plot_collective`
 draws the snapshots of every rank as a grid (ranks x steps), `format_collective` prints them.
@@ -24,6 +28,9 @@ draws the snapshots of every rank as a grid (ranks x steps), `format_collective`
 (`all_reduce`, `reduce_scatter_tensor`, `all_gather_into_tensor`, `all_to_all_single` with uneven splits)
 on the same data, plus gloo's capability errors and bad input, for one launch.
 """
+import math
+import numbers
+
 import torch
 import torch.distributed as dist
 
@@ -50,8 +57,8 @@ class CollectiveTrace:
     a dict: step, phase ('start', 'reduce-scatter', 'all-gather', 'exchange'), sent / received
     ([chunk, peer] or None), origins (for each chunk, the sorted ranks whose data it sums), sizes (elements
     per chunk) and, when `values` is true, values (each chunk's elements as a flat list).
-    `bytes_sent` counts the payload this rank sent (not the few bytes of shapes all_to_all exchanges first,
-    counted in `meta_bytes_sent`).
+    `bytes_sent` counts the payload this rank sent (what the ring formulas count), not the few bytes of
+    dtypes and shapes every mirror exchanges first to compare the ranks' inputs, counted in `meta_bytes_sent`.
     """
 
     def __init__(self, values=True):
@@ -130,6 +137,13 @@ def _check_tensor(tensor, what):
     return tensor
 
 
+def _tensor_first(tensor, what):
+    """Outside a process group, a bad tensor is named before the missing group (it is the first thing to
+    fix); inside one, every rank's check happens in _agree so that all ranks stop together."""
+    if not (dist.is_available() and dist.is_initialized()):
+        _check_tensor(tensor, what)
+
+
 def process_group():
     """(rank, world_size) of the default process group; CollectiveError when there is none."""
     if not (dist.is_available() and dist.is_initialized()):
@@ -145,6 +159,65 @@ def _exchange(send, recv, to, source, trace):
     dist.recv(recv, source)
     request.wait()
     trace.count(send)
+
+
+# ---------------------------------------------------------------------------------------------
+# Agreement: every rank describes its input in one small row, the rows go around the ring once, and every
+# rank checks them all, so a mismatch ends in the same CollectiveError on every rank instead of a recv of
+# the wrong size (gloo aborts the process) or a rank left waiting. Mirrors what torch's DDP does before its
+# first broadcast (torch/csrc/distributed/c10d/comm.cpp verify_params_across_processes).
+
+BAD_INPUT = -2  # a rank's row when its own input failed a local check
+
+
+def _describe(tensor):
+    """[dtype index, numel, ndim, shape (first MAX_DIMS dims, -1 padded)]: one rank's input as a row."""
+    row = [SUPPORTED_DTYPES.index(tensor.dtype), tensor.numel(), tensor.dim(), *tensor.shape[:MAX_DIMS]]
+    return row + [-1] * (MAX_DIMS + 3 - len(row))
+
+
+def _shape_text(row):
+    """'(10,) float32' from a row of _describe."""
+    shape = tuple(row[3:3 + row[2]]) if row[2] <= MAX_DIMS else f"{row[2]}-d, {row[1]} elements"
+    return f"{shape} {str(SUPPORTED_DTYPES[row[0]]).replace('torch.', '')}"
+
+
+def _gather_rows(row, rank, world, trace):
+    """Every rank's row (MAX_DIMS + 3 int64), gathered around the ring: N-1 messages of 88 bytes, counted
+    in trace.meta_bytes_sent, never in bytes_sent."""
+    table = torch.full((world, MAX_DIMS + 3), -1, dtype=torch.int64)
+    table[rank] = torch.tensor(row, dtype=torch.int64)
+    _all_gather_phase(list(table), [[r] for r in range(world)], rank, world, _NoTrace(values=False),
+                      lambda i: [i])
+    trace.meta_bytes_sent += (world - 1) * table[0].numel() * table[0].element_size()
+    return [r.tolist() for r in table]
+
+
+def _agree(name, check, rank, world, trace):
+    """Run this rank's local `check` (returns its row or raises CollectiveError), share the rows, and
+    raise on every rank when any rank's input was bad. Returns every rank's row."""
+    try:
+        row, problem = check(), None
+    except CollectiveError as exc:
+        row, problem = [BAD_INPUT] + [-1] * (MAX_DIMS + 2), exc
+    rows = _gather_rows(row, rank, world, trace)
+    if problem is not None:
+        raise problem
+    bad = [r for r, other in enumerate(rows) if other[0] == BAD_INPUT]
+    if bad:
+        raise CollectiveError(f"{name}: rank{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))} got an "
+                              f"input it cannot use (its own error says what), so no rank sends anything")
+    return rows
+
+
+def _same_on_every_rank(name, rows, what="tensor"):
+    """CollectiveError naming each rank's shape when the ranks' inputs differ in shape or dtype."""
+    if any(row != rows[0] for row in rows):
+        found = "; ".join(f"rank {r}: {_shape_text(row)}" for r, row in enumerate(rows))
+        odd = [r for r, row in enumerate(rows) if row != rows[0]]
+        who = f"rank {odd[0]} differs" if len(odd) == 1 else f"ranks {', '.join(map(str, odd))} differ"
+        raise CollectiveError(f"{name} needs the same {what} shape and dtype on every rank; got {found} "
+                              f"({who} from rank 0). Give every rank a {what} of the same shape and dtype")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,11 +260,15 @@ def ring_all_reduce(tensor, trace=None):
     """All-reduce (SUM) `tensor` in place with NCCL's ring: reduce-scatter then all-gather. Returns it.
 
     Any size: the flat tensor is cut into world_size chunks, uneven when it does not divide. Each rank
-    sends 2(N-1) chunks, 2(N-1)/N of the tensor. Mirrors nccl/src/device/all_reduce.h (runRing).
+    sends 2(N-1) chunks, 2(N-1)/N of the tensor (`bytes_sent`). Mirrors nccl/src/device/all_reduce.h
+    (runRing). First the ranks' shapes and dtypes go once around the ring (88 bytes a message, counted in
+    `meta_bytes_sent` only): a rank whose tensor differs is named on every rank, before any payload moves.
     """
-    _check_tensor(tensor, "tensor")
+    _tensor_first(tensor, "tensor")
     rank, world = process_group()
     trace = _start(trace, "ring all-reduce", rank, world)
+    rows = _agree("ring_all_reduce", lambda: _describe(_check_tensor(tensor, "tensor")), rank, world, trace)
+    _same_on_every_rank("ring_all_reduce", rows)
     flat = tensor.detach().reshape(-1).clone()
     chunks = list(torch.tensor_split(flat, world))
     origins = [[rank] for _ in range(world)]
@@ -217,11 +294,18 @@ def ring_reduce_scatter(tensor, trace=None):
     """Reduce-scatter (SUM) with the ring: returns this rank's chunk of the sum (dim 0 cut in N).
 
     Like dist.reduce_scatter_tensor(output, tensor): dim 0 must divide by world_size. Each rank sends N-1
-    chunks, (N-1)/N of the tensor. Mirrors nccl/src/device/reduce_scatter.h (runRing).
+    chunks, (N-1)/N of the tensor. Mirrors nccl/src/device/reduce_scatter.h (runRing). The ranks' shapes
+    are compared first, as in ring_all_reduce (counted in `meta_bytes_sent` only).
     """
-    _check_tensor(tensor, "tensor")
+    _tensor_first(tensor, "tensor")
     rank, world = process_group()
     trace = _start(trace, "ring reduce-scatter", rank, world)
+
+    def check():
+        _split_rows(_check_tensor(tensor, "tensor"), world, "tensor")
+        return _describe(tensor)
+
+    _same_on_every_rank("ring_reduce_scatter", _agree("ring_reduce_scatter", check, rank, world, trace))
     chunks = _split_rows(tensor.detach().clone(memory_format=torch.contiguous_format), world, "tensor")
     origins = [[rank] for _ in range(world)]
     trace.snapshot("start", chunks, origins)
@@ -229,22 +313,19 @@ def ring_reduce_scatter(tensor, trace=None):
     return chunks[rank].clone()
 
 
-def _row_shapes(chunk, rank, world):
+def _row_shapes(chunk, rank, world, trace):
     """Every rank's chunk shape, gathered around the ring; CollectiveError (on every rank) if they clash."""
-    if chunk.dim() > MAX_DIMS or chunk.dim() == 0:
-        raise CollectiveError(f"chunk must have 1 to {MAX_DIMS} dims, got shape {tuple(chunk.shape)}; "
-                              f"use chunk.reshape(1) for a number")
-    table = torch.full((world, MAX_DIMS + 2), -1, dtype=torch.int64)
-    dtype_index = SUPPORTED_DTYPES.index(chunk.dtype)
-    table[rank, :chunk.dim() + 2] = torch.tensor([dtype_index, chunk.dim(), *chunk.shape])
-    quiet = _NoTrace(values=False)
-    _all_gather_phase(list(table), [[r] for r in range(world)], rank, world, quiet, lambda i: [i])
-    rows = [row.tolist() for row in table]
-    shapes = [tuple(row[2:2 + row[1]]) for row in rows]
-    dtypes = [SUPPORTED_DTYPES[row[0]] for row in rows]
-    if len(set(dtypes)) > 1 or len({s[1:] for s in shapes}) > 1:
-        found = ", ".join(f"rank {r}: {tuple(s)} {str(d).replace('torch.', '')}"
-                          for r, (s, d) in enumerate(zip(shapes, dtypes)))
+    def check():
+        _check_tensor(chunk, "chunk")
+        if chunk.dim() > MAX_DIMS or chunk.dim() == 0:
+            raise CollectiveError(f"chunk must have 1 to {MAX_DIMS} dims, got shape {tuple(chunk.shape)}; "
+                                  f"use chunk.reshape(1) for a number")
+        return _describe(chunk)
+
+    rows = _agree("ring_all_gather", check, rank, world, trace)
+    shapes = [tuple(row[3:3 + row[2]]) for row in rows]
+    if len({row[0] for row in rows}) > 1 or len({s[1:] for s in shapes}) > 1:
+        found = ", ".join(f"rank {r}: {_shape_text(row)}" for r, row in enumerate(rows))
         raise CollectiveError(f"the ranks' chunks must share dtype and every dim but the first to be "
                               f"gathered along dim 0; got {found}")
     return shapes
@@ -254,12 +335,13 @@ def ring_all_gather(chunk, trace=None):
     """All-gather with the ring: every rank's `chunk` concatenated along dim 0 in rank order.
 
     Like dist.all_gather_into_tensor, but the chunks may differ in dim 0 (their shapes go around the ring
-    first, not counted in bytes_sent). Each rank sends N-1 chunks. Mirrors nccl/src/device/all_gather.h.
+    first, counted in meta_bytes_sent, not in bytes_sent). Each rank sends N-1 chunks. Mirrors
+    nccl/src/device/all_gather.h.
     """
-    _check_tensor(chunk, "chunk")
+    _tensor_first(chunk, "chunk")
     rank, world = process_group()
-    shapes = _row_shapes(chunk, rank, world)
     trace = _start(trace, "ring all-gather", rank, world)
+    shapes = _row_shapes(chunk, rank, world, trace)
     chunks = [chunk.detach().clone() if r == rank else torch.zeros(shape, dtype=chunk.dtype)
               for r, shape in enumerate(shapes)]
     origins = [[rank] if r == rank else [] for r in range(world)]
@@ -294,12 +376,19 @@ def all_to_all(chunks, trace=None):
     (element j from rank j).
 
     N-1 steps; at step s rank r sends to r+s and receives from r-s (each pair talks once). Chunks may have
-    any sizes (MoE's uneven splits, zero included): each step first sends the chunk's shape. Mirrors the
+    any sizes (MoE's uneven splits, zero included): each step first sends the chunk's shape (and the ranks'
+    dtypes are compared once before; both counted in meta_bytes_sent). Mirrors the
     send/recv loop NCCL uses for all-to-all (torch/csrc/cuda/nccl.cpp all2all_single_unequal_split).
     """
     rank, world = process_group()
-    chunks = _check_chunks(chunks, world)
     trace = _start(trace, "all-to-all", rank, world)
+    rows = _agree("all_to_all", lambda: _describe(_check_chunks(chunks, world)[0]), rank, world, trace)
+    if len({row[0] for row in rows}) > 1:
+        found = ", ".join(f"rank {r}: {str(SUPPORTED_DTYPES[row[0]]).replace('torch.', '')}"
+                          for r, row in enumerate(rows))
+        raise CollectiveError(f"all_to_all needs one dtype on every rank (a chunk is received into a "
+                              f"buffer of the receiver's dtype); got {found}")
+    chunks = list(chunks)
     slots = [c.detach().clone() for c in chunks]
     origins = [[rank] for _ in range(world)]
     trace.snapshot("start", slots, origins)
@@ -327,8 +416,13 @@ def ring_bytes_per_rank(collective, nbytes, world_size):
     all-reduce 2(N-1)/N * nbytes; reduce-scatter and all-gather (N-1)/N * nbytes.
     """
     factors = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}
-    if collective not in factors:
+    if not isinstance(collective, str) or collective not in factors:
         raise CollectiveError(f"collective must be one of {sorted(factors)}, got {collective!r}")
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Real) or not 0 <= nbytes < math.inf:
+        raise CollectiveError(f"nbytes must be a non-negative, finite number of bytes (tensor.numel() * "
+                              f"tensor.element_size()), got {nbytes!r}")
+    if isinstance(world_size, bool) or not isinstance(world_size, numbers.Integral) or world_size < 1:
+        raise CollectiveError(f"world_size must be a positive int (the number of ranks), got {world_size!r}")
     return factors[collective] * (world_size - 1) * nbytes / world_size
 
 

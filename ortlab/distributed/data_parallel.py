@@ -4,7 +4,9 @@ Mirrors torch/nn/parallel/distributed.py (DistributedDataParallel: _sync_module_
 _ddp_init_helper) and torch/csrc/distributed/c10d/reducer.cpp (compute_bucket_assignment_by_size,
 Reducer::autograd_hook / mark_variable_ready / mark_bucket_ready / finalize_backward):
 
-- at wrap time rank 0's parameters and buffers are broadcast, so every rank starts from the same model;
+- at wrap time every rank's parameter and buffer shapes are compared (one all_gather_object: a different
+  model is named on every rank instead of a gloo abort), then rank 0's parameters and buffers are
+  broadcast, so every rank starts from the same model;
 - the parameters are cut into buckets in reverse order (the order their gradients are usually ready in
   backward), a bucket closed as soon as it holds at least `bucket_cap_mb` MiB (one set of buckets per dtype);
 - a hook on each parameter (`register_post_accumulate_grad_hook`) marks it ready once its gradient is
@@ -26,12 +28,14 @@ gradient_as_bucket_view.
 `ddp_check` is the rank function that trains the mirror and torch's DDP side by side on the same shards.
 """
 import contextlib
+import numbers
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from ortlab.distributed.agreement import check_same_on_every_rank, describe_tensors
 from ortlab.distributed.collectives import error_texts
 from ortlab.errors import OrtlabError
 from ortlab.viz.tables import Table, within
@@ -66,7 +70,13 @@ def assign_buckets(tensors, bucket_cap_mb):
     bucket; buckets are ordered by their first tensor. Mirrors reducer.cpp compute_bucket_assignment_by_size
     (with one size limit).
     """
-    cap = bucket_cap_mb * MIB
+    cap = _check_cap(bucket_cap_mb) * MIB
+    if isinstance(tensors, torch.Tensor) or not isinstance(tensors, (list, tuple)):
+        raise DataParallelError(f"tensors must be a list of tensors (parameters in bucketing order), "
+                                f"got {type(tensors).__name__}")
+    for index, tensor in enumerate(tensors):
+        if not isinstance(tensor, torch.Tensor):
+            raise DataParallelError(f"tensors[{index}] must be a torch.Tensor, got {type(tensor).__name__}")
     open_buckets, closed = {}, []
     for index, tensor in enumerate(tensors):
         key = tensor.dtype
@@ -91,10 +101,10 @@ def _process_group():
 
 
 def _check_cap(bucket_cap_mb):
-    number = isinstance(bucket_cap_mb, (int, float)) and not isinstance(bucket_cap_mb, bool)
+    number = isinstance(bucket_cap_mb, numbers.Real) and not isinstance(bucket_cap_mb, bool)
     if not number or not bucket_cap_mb > 0:
-        raise DataParallelError(f"bucket_cap_mb must be a positive number of MiB (torch's default is 25), "
-                                f"got {bucket_cap_mb!r}")
+        raise DataParallelError(f"bucket_cap_mb must be a positive number of MiB (torch's default is 25; "
+                                f"float('inf') puts every gradient in one bucket), got {bucket_cap_mb!r}")
     return float(bucket_cap_mb)
 
 
@@ -130,6 +140,7 @@ class DistributedDataParallel(nn.Module):
         self.rank, self.world_size = _process_group()
         self.module = module
         self.broadcast_buffers = broadcast_buffers
+        self._check_same_model()
         self._sync_module_states()
         reverse = named[::-1]
         layout = assign_buckets([p for _, p in reverse], self.bucket_cap_mb)
@@ -144,6 +155,21 @@ class DistributedDataParallel(nn.Module):
         self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready) for _, p in named]
 
     # -- wrap time and forward ----------------------------------------------------------------
+
+    def _check_same_model(self):
+        """Every rank must wrap the same parameters and buffers (names, shapes, dtypes, which are trained)
+        with the same settings: one all_gather_object of their description, before any broadcast
+        (distributed.py _verify_param_shape_across_processes). Raises the same error on every rank."""
+        params = [(name, f"{facts}, requires_grad={p.requires_grad}") for (name, facts), p in
+                  zip(describe_tensors(self.module.named_parameters()), self.module.parameters())]
+        settings = [(name, f"value {value!r}") for name, value in
+                    (("bucket_cap_mb", self.bucket_cap_mb), ("broadcast_buffers", self.broadcast_buffers))]
+        check_same_on_every_rank(
+            {"parameter": params, "buffer": describe_tensors(self.module.named_buffers()), "setting": settings},
+            DataParallelError,
+            "DistributedDataParallel broadcasts rank 0's parameters to every rank and all-reduces gradient "
+            "buckets of the same layout: build the same model with the same settings on every rank (only "
+            "the initial values may differ)")
 
     def _sync_module_states(self):
         """Broadcast rank 0's parameters and buffers (distributed.py _sync_module_states)."""

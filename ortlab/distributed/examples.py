@@ -11,6 +11,10 @@ import time
 import torch
 import torch.distributed as dist
 
+from ortlab.distributed import collectives, data_parallel, moe
+from ortlab.distributed.zero import zero
+from ortlab.errors import OrtlabError
+
 LISTEN = "0A"  # TCP_LISTEN in the kernel's /proc/net/tcp "st" column (include/net/tcp_states.h)
 
 
@@ -116,3 +120,50 @@ def hang_on_rank(rank, world_size, bad_rank=1):
     if rank == bad_rank:
         stuck_forever()
     return rank
+
+
+def _mismatch_cases(rank, world_size):
+    """{case: call}: each rank gives the collective or wrapper something different from rank 0's."""
+    def two_models(hidden):
+        torch.manual_seed(0)
+        return data_parallel.MLP(hidden=hidden)
+
+    def extra_parameter():
+        model = two_models(16)
+        if rank:
+            model.extra = torch.nn.Linear(2, 2)
+        return model
+
+    moe_layer = moe.MoE(4, 8, 2 * world_size, k=1)
+    return {
+        "all_reduce sizes": lambda: collectives.ring_all_reduce(torch.ones(10 if rank == 0 else 7)),
+        "all_reduce dtypes": lambda: collectives.ring_all_reduce(
+            torch.ones(4, dtype=torch.float32 if rank == 0 else torch.float64)),
+        "all_reduce one bad rank": lambda: collectives.ring_all_reduce(torch.ones(3, dtype=torch.bool if rank
+                                                                                  else torch.float32)),
+        "reduce_scatter shapes": lambda: collectives.ring_reduce_scatter(torch.ones(2 * world_size * (rank + 1))),
+        "all_to_all dtypes": lambda: collectives.all_to_all(
+            [torch.ones(1, dtype=torch.float32 if rank == 0 else torch.int64)] * world_size),
+        "ddp models": lambda: data_parallel.DistributedDataParallel(two_models(16 if rank == 0 else 8)),
+        "ddp extra parameter": lambda: data_parallel.DistributedDataParallel(extra_parameter()),
+        "ddp bucket caps": lambda: data_parallel.DistributedDataParallel(two_models(16),
+                                                                       bucket_cap_mb=25 if rank == 0 else 1),
+        "zero models": lambda: zero(two_models(16 if rank == 0 else 8), torch.optim.Adam, 1, lr=0.1),
+        "zero stages": lambda: zero(two_models(16), torch.optim.Adam, 1 + rank, lr=0.1),
+        "moe world size": lambda: moe.DistributedMoE(moe_layer, rank, 2 * world_size)(torch.ones(3, 4)),
+        "moe settings": lambda: moe.DistributedMoE(moe.MoE(4, 8, 2 * world_size, k=1 + (rank > 0)))(
+            torch.ones(3, 4)),
+    }
+
+
+def mismatch_check(rank, world_size):
+    """Rank function: every rank gives the mirrors inputs that differ from rank 0's; returns {case: error
+    text}, the same on every rank since each mirror compares the ranks before sending anything, and a ring
+    all-reduce that works afterwards, with its trace.
+
+    (torch 2.6's own DDP is not among the cases: on gloo only the ranks whose model differs from rank 0's
+    raise, and rank 0 goes on to broadcast and waits for them.)"""
+    found = collectives.error_texts(_mismatch_cases(rank, world_size), OrtlabError)
+    trace = collectives.CollectiveTrace()
+    total = collectives.ring_all_reduce(torch.full((10,), float(rank + 1)), trace=trace)
+    return {"errors": found, "after": total, "trace": trace.as_dict()}

@@ -16,13 +16,16 @@ as one fails. What differs, on purpose, for notebooks, tests and labs:
   on SIGUSR1) before all ranks are killed, and the error names it and shows that stack;
 - a rank that raises gives one LaunchError naming the rank and its exception, with the traceback
   trimmed to the frames of `fn`; the ranks that fail afterwards (a peer's connection closed) are
-  listed as consequences, not as causes.
+  listed as consequences, not as causes, grouped by error (and a timeout groups ranks by stack);
+- at most MAX_RANKS_PER_CORE ranks per core (and as many as the free memory holds): each rank is a whole
+  process importing torch, so a bigger launch is refused at once instead of timing out while starting.
 
 `fn(rank, world_size, *args)` must be importable by the spawned processes: a function at the top level
 of a module (a notebook cell is not one: put the function in a .py file and import it).
 """
 import faulthandler
 import multiprocessing
+import numbers
 import os
 import pickle
 import re
@@ -40,6 +43,14 @@ from multiprocessing.connection import wait as wait_for_any
 from ortlab.errors import OrtlabError
 
 BACKENDS = ("gloo", "nccl")
+# Each rank is a whole Python process that imports torch and joins the group: about 1.3 s of CPU and 215 MB
+# of private memory (measured on a 2-core machine), and every collective waits for all ranks to be scheduled.
+# Beyond a few ranks per core a launch only waits longer; every pattern here shows with 2 to 8 ranks.
+MAX_RANKS_PER_CORE = 4
+RANK_START_CPU_S = 1.3
+RANK_MEMORY_MB = 256
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week; the wait below takes at most about 24 days (2**31 ms)
+STACKS_SHOWN = 3
 STOP_WAIT_S = 2.0
 STACK_WAIT_S = 2.0
 WATCHDOG_GRACE_S = 30.0
@@ -51,16 +62,18 @@ class LaunchError(OrtlabError):
     """A launch failed: bad input, or a rank raised, died or ran past the time limit.
 
     `rank` is the rank the error is about (None for bad input), `kind` one of 'input', 'raised',
-    'died', 'timeout'; `outputs` / `stderr` hold what each rank printed, `pids` the ranks' process ids.
+    'died', 'timeout'; `outputs` / `stderr` hold what each rank printed, `pids` the ranks' process ids,
+    `stacks` (after a timeout) {rank: its Python stack} for every rank that answered, shown or not.
     """
 
-    def __init__(self, message, rank=None, kind="input", outputs=(), stderr=(), pids=()):
+    def __init__(self, message, rank=None, kind="input", outputs=(), stderr=(), pids=(), stacks=None):
         super().__init__(message)
         self.rank = rank
         self.kind = kind
         self.outputs = list(outputs)
         self.stderr = list(stderr)
         self.pids = list(pids)
+        self.stacks = dict(stacks or {})
 
 
 class LaunchWarning(UserWarning):
@@ -101,15 +114,56 @@ def cores():
 
 
 def _positive_int(value, what):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise LaunchError(f"{what} must be a positive int, got {value!r} ({type(value).__name__})")
-    return value
+    return int(value)
 
 
 def _check_timeout(timeout):
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise LaunchError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    """A finite number of seconds in (0, MAX_TIMEOUT_S]: the launcher waits that long, and the ranks' own
+    watchdogs and process group timeouts are derived from it (an infinite wait cannot be scheduled)."""
+    number = isinstance(timeout, numbers.Real) and not isinstance(timeout, bool)
+    if not number or not 0 < timeout <= MAX_TIMEOUT_S:
+        raise LaunchError(f"timeout must be a positive number of seconds, finite and at most {MAX_TIMEOUT_S:g} "
+                          f"(a week), got {timeout!r}; for a long job give a large finite value, "
+                          f"e.g. timeout=24 * 3600")
     return float(timeout)
+
+
+def available_memory_mb():
+    """MiB of memory the system can still give to new processes (MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def max_world_size():
+    """The most ranks launch() starts on this machine, and why: (limit, reason). MAX_RANKS_PER_CORE per
+    core, fewer where the free memory cannot hold RANK_MEMORY_MB per rank."""
+    available, memory = cores(), available_memory_mb()
+    limit, reason = MAX_RANKS_PER_CORE * available, f"{MAX_RANKS_PER_CORE} per core on {available} cores"
+    if memory is not None and memory // RANK_MEMORY_MB < limit:
+        limit, reason = max(1, memory // RANK_MEMORY_MB), f"{RANK_MEMORY_MB} MB each in {memory} MB of free memory"
+    return limit, reason
+
+
+def _check_world_size(world_size):
+    """Refuse more ranks than max_world_size() before any process starts (they would only time out)."""
+    limit, reason = max_world_size()
+    if world_size > limit:
+        start = world_size * RANK_START_CPU_S / cores()
+        raise LaunchError(
+            f"world_size={world_size} is more than this machine can run: at most {limit} ranks here ({reason}). "
+            f"Each rank is a whole Python process that imports torch and joins the group (about "
+            f"{RANK_START_CPU_S:g} s of CPU and 215 MB each), so {world_size} ranks would need about {start:.0f} s "
+            f"only to start and {world_size * RANK_MEMORY_MB / 1024:.1f} GB. Use world_size <= {limit} (every "
+            f"algorithm here shows its pattern with 2 to 8 ranks), or a machine with more cores and memory")
+    return world_size
 
 
 def _check_args(args):
@@ -402,12 +456,14 @@ def _stop(processes):
 
 
 def _dump_stacks(processes, ranks, files):
-    """Ask each rank in `ranks` for its Python stack (SIGUSR1 -> faulthandler) and wait for it."""
+    """Ask each rank in `ranks` for its Python stack (SIGUSR1 -> faulthandler) and wait for it.
+
+    Only ranks that wrote their phase file have the handler: SIGUSR1 would kill one still starting up."""
+    ranks = [r for r in ranks if os.path.exists(files[r].phase) and processes[r].is_alive()]
     for rank in ranks:
-        if processes[rank].is_alive():
-            os.kill(processes[rank].pid, signal.SIGUSR1)
+        os.kill(processes[rank].pid, signal.SIGUSR1)
     deadline = time.monotonic() + STACK_WAIT_S
-    while time.monotonic() < deadline:
+    while ranks and time.monotonic() < deadline:
         if all(os.path.getsize(files[r].stack) > 0 for r in ranks if os.path.exists(files[r].stack)):
             time.sleep(0.1)  # let the dump finish: it is written frame by frame
             return
@@ -422,29 +478,73 @@ def _trimmed_stack(text):
     return "\n".join("    " + line for line in lines)
 
 
+def rank_ranges(ranks):
+    """Ranks as short text: runs of three or more as ranges, '0-97, 99'; others listed, '0, 1'."""
+    ranks, parts, i = sorted(ranks), [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        parts += [f"{ranks[i]}-{ranks[j]}"] if j - i >= 2 else [str(r) for r in ranks[i:j + 1]]
+        i = j + 1
+    return ", ".join(parts)
+
+
 def _ranks(ranks):
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+    return ("rank " if len(ranks) == 1 else "ranks ") + rank_ranges(ranks)
 
 
-def _timeout_error(processes, pending, files, timeout, report):
-    phases = {r: _read_text(files[r].phase) or "not started" for r in pending}
+def _group_by(ranks, key):
+    """[(value, ranks)] of the ranks grouped by key(rank), in the order each value first appears."""
+    groups = {}
+    for rank in ranks:
+        groups.setdefault(key(rank), []).append(rank)
+    return list(groups.items())
+
+
+def timeout_summary(world, timeout, phases, stacks, workers=None):
+    """The lines of a timeout error: ranks grouped by phase and by identical stack, at most STACKS_SHOWN
+    stacks printed, ranks that never started summed up in one line.
+
+    `phases` {rank: 'not started' | 'starting' | 'fn' | 'returned'} for the ranks still running, `stacks`
+    {rank: trimmed stack text} (missing or '' when the rank did not answer), `workers` the cores."""
+    pending = sorted(phases)
     hung = [r for r in pending if phases[r] != "returned"] or pending
     waiting = [r for r in pending if r not in hung]
-    _dump_stacks(processes, hung, files)
-    _stop(processes)
-    world = len(processes)
     lines = [f"{_ranks(hung)} of {world} did not finish within the time limit (timeout={timeout:g} s)"]
-    for rank in hung:
-        where = {"fn": "inside fn", "starting": "starting (importing fn, joining the process group)"}
-        lines.append(f"rank {rank} was {where.get(phases[rank], phases[rank])}; its Python stack "
-                     f"(most recent call first):")
-        stack = _trimmed_stack(_read_text(files[rank].stack))
+    unborn = [r for r in hung if phases[r] == "not started"]
+    if unborn:
+        workers = workers or cores()
+        whose = "its process was" if len(unborn) == 1 else "their processes were"
+        lines.append(f"{_ranks(unborn)} had not started: {whose} still being created (each imports torch, about "
+                     f"{RANK_START_CPU_S:g} s of CPU: {world} ranks on {workers} cores need about "
+                     f"{world * RANK_START_CPU_S / workers:.0f} s to start). Raise timeout or use fewer ranks.")
+    where = {"fn": "inside fn", "starting": "starting (importing fn, joining the process group)"}
+    groups = _group_by([r for r in hung if r not in unborn], lambda r: (phases[r], stacks.get(r) or ""))
+    for (phase, stack), ranks in groups[:STACKS_SHOWN]:
+        one = len(ranks) == 1
+        lines.append(f"{_ranks(ranks)} {'was' if one else 'were'} {where.get(phase, phase)}; "
+                     f"{'its' if one else 'their'} Python stack ({'' if one else 'the same on each, '}"
+                     f"most recent call first):")
         lines.append(stack or "    (no stack: the rank did not answer SIGUSR1)")
+    rest = sorted(r for _, ranks in groups[STACKS_SHOWN:] for r in ranks)
+    if rest:
+        lines.append(f"{_ranks(rest)} had other stacks, not shown: read them in the error's .stacks")
     if waiting:
         lines.append(f"{_ranks(waiting)} had returned from fn and {'was' if len(waiting) == 1 else 'were'} "
                      f"waiting at the final barrier.")
     lines.append("All ranks were stopped.")
-    return LaunchError("\n".join(lines), rank=hung[0], kind="timeout", **report())
+    return lines, hung
+
+
+def _timeout_error(processes, pending, files, timeout, report):
+    phases = {r: _read_text(files[r].phase) or "not started" for r in pending}
+    _dump_stacks(processes, [r for r in pending if phases[r] != "returned"] or pending, files)
+    _stop(processes)
+    stacks = {r: _trimmed_stack(_read_text(files[r].stack)) for r in pending}
+    stacks = {r: text for r, text in stacks.items() if text.strip()}
+    lines, hung = timeout_summary(len(processes), timeout, phases, stacks)
+    return LaunchError("\n".join(lines), rank=hung[0], kind="timeout", stacks=stacks, **report())
 
 
 def _exit_description(exitcode):
@@ -480,9 +580,9 @@ def _failure_error(processes, failed, files, report):
     if starting and "__main__" in first["message"]:
         lines.append("The rank could not find something defined in __main__ (a notebook cell?) that fn or "
                      "args refer to: define it in a module and import it from there.")
-    for record in records[1:]:
-        first_line = (record["message"].splitlines() or [""])[0]
-        lines.append(f"rank {record['rank']} then raised {record['type']}: {first_line}")
+    after = _group_by(records[1:], lambda rec: (rec["type"], (rec["message"].splitlines() or [""])[0]))
+    for (kind, first_line), group in after:
+        lines.append(f"{_ranks([rec['rank'] for rec in group])} then raised {kind}: {first_line}")
     lines.append("The other ranks were stopped.")
     return LaunchError("\n".join(lines), rank=first["rank"], kind="raised", **report())
 
@@ -504,6 +604,7 @@ def launch(fn, world_size=2, args=(), timeout=60, backend=None, threads_per_rank
     timeout = _check_timeout(timeout)
     job = _pickle_job(fn, _check_args(args))
     backend = choose_backend(backend, world_size)
+    _check_world_size(world_size)
     _warn_if_oversubscribed(world_size, threads_per_rank)
     workdir = tempfile.mkdtemp(prefix="ortlab-launch-")
     processes = []

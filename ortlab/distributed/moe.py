@@ -22,12 +22,14 @@ is the rank function that trains both on the same tokens and returns what the te
 """
 import copy
 import math
+import numbers
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from ortlab.distributed.agreement import check_same_on_every_rank
 from ortlab.distributed.group import rank_and_world_size
 from ortlab.errors import OrtlabError
 from ortlab.viz.tables import Table, within
@@ -47,9 +49,15 @@ def expert_capacity(num_tokens, num_experts, k, capacity_factor):
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if what == "num_tokens" else 1):
             raise MoEError(f"{what} must be a {'non-negative' if what == 'num_tokens' else 'positive'} int, "
                            f"got {value!r}")
-    if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float)) or not capacity_factor > 0:
-        raise MoEError(f"capacity_factor must be a positive number, got {capacity_factor!r}")
-    return max(1, math.ceil(k * num_tokens * capacity_factor / num_experts))
+    if (isinstance(capacity_factor, bool) or not isinstance(capacity_factor, numbers.Real)
+            or not 0 < capacity_factor < math.inf):
+        raise MoEError(f"capacity_factor must be a positive number, finite (1.0-2.0 is usual; "
+                       f"{num_experts / k:g} lets one expert take every token), got {capacity_factor!r}")
+    capacity = k * num_tokens * capacity_factor / num_experts
+    if not math.isfinite(capacity):
+        raise MoEError(f"capacity_factor={capacity_factor!r} makes the capacity overflow; use at most "
+                       f"{num_experts / k:g}, which already lets one expert take every token")
+    return max(1, math.ceil(capacity))
 
 
 class Routing:
@@ -95,11 +103,31 @@ class Routing:
                 f"per expert={self.tokens_per_expert()}, dropped={self.dropped})")
 
 
+def _check_route(logits, k, capacity):
+    """route's arguments: logits a finite floating (tokens, experts) tensor, k 1 or 2 and at most the
+    experts, capacity a positive int."""
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or not logits.is_floating_point():
+        got = (f"shape {tuple(logits.shape)} {logits.dtype}" if isinstance(logits, torch.Tensor)
+               else type(logits).__name__)
+        raise MoEError(f"logits must be a floating-point tensor (tokens, experts), the router's output; got {got}")
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k not in (1, 2):
+        raise MoEError(f"k must be 1 (Switch) or 2 (GShard), got {k!r}")
+    if k > logits.shape[1]:
+        raise MoEError(f"k={k} choices need at least {k} experts, the logits have {logits.shape[1]}")
+    if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral) or capacity < 1:
+        raise MoEError(f"capacity must be a positive int (tokens per expert, see expert_capacity), "
+                       f"got {capacity!r}")
+    if not torch.isfinite(logits).all():
+        raise MoEError("the router's logits hold NaN or inf: top-k of a NaN picks an arbitrary expert; "
+                       "check the router's weights and its input")
+
+
 def route(logits, k, capacity):
     """Top-k softmax routing of one group's tokens, with GShard's capacity rule: a Routing.
 
     k=1 uses the top probability as the gate (Switch); k=2 renormalises the two gates to sum to 1 (GShard).
     """
+    _check_route(logits, k, capacity)
     num_tokens, num_experts = logits.shape
     probs = torch.softmax(logits, dim=-1)
     top_p, expert = probs.topk(k, dim=-1)
@@ -239,6 +267,27 @@ class DistributedMoE(nn.Module):
         self.experts = nn.ModuleList(copy.deepcopy(moe.experts[self.first_expert + i])
                                      for i in range(self.local_experts))
         self.last_routing, self.last_exchange = None, None
+        self._checked = False
+
+    def _check_group(self):
+        """Before the first exchange: this rank is the rank and world the layer was built for, and every
+        rank's layer has the same settings (one all_gather_object; otherwise all_to_all_single would get
+        split sizes of other lengths, or tokens would reach the wrong experts)."""
+        if not (dist.is_available() and dist.is_initialized()):
+            raise MoEError("DistributedMoE exchanges tokens between ranks with all_to_all_single: call it "
+                           "inside a function run by ortlab.distributed.launch(fn, world_size=2)")
+        actual = (dist.get_rank(self.group), dist.get_world_size(self.group))
+        if actual != (self.rank, self.world_size):
+            raise MoEError(f"this layer was built for rank {self.rank} of {self.world_size}, but runs on rank "
+                           f"{actual[0]} of {actual[1]} of its process group: build it with rank=None, "
+                           f"world_size=None to read them from the group")
+        if not self._checked:
+            settings = [(name, f"value {value!r}") for name, value in (
+                ("d_model", self.d_model), ("num_experts", self.num_experts), ("k", self.k),
+                ("capacity_factor", self.capacity_factor))]
+            check_same_on_every_rank({"setting": settings}, MoEError, "Build every rank's DistributedMoE from "
+                                     "the same MoE settings", self.group)
+            self._checked = True
 
     def _exchange_counts(self, expert):
         """Per-expert counts out (E,) and in (world, local experts), via an all_to_all of E numbers."""
@@ -258,6 +307,7 @@ class DistributedMoE(nn.Module):
     def forward(self, x):
         """Route locally, dispatch by all_to_all, run the local experts, combine by the reverse all_to_all."""
         tokens = _tokens(x, self.d_model)
+        self._check_group()
         capacity = expert_capacity(tokens.shape[0], self.num_experts, self.k, self.capacity_factor)
         routing = route(self.router(tokens), self.k, capacity)
         token, choice, expert = routing.assignments()

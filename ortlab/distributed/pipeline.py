@@ -223,6 +223,11 @@ def stage_parameter_names(model, stage, n_stages):
 
 def microbatches(tensor, n_microbatches):
     """`tensor` cut into n_microbatches equal chunks along dim 0 (as torch's TensorChunkSpec(0) does)."""
+    _check_sizes(1, n_microbatches)
+    if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0 or tensor.shape[0] == 0:
+        got = f"shape {tuple(tensor.shape)}" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+        raise PipelineError(f"microbatches cuts a batch tensor along dim 0 (rows); it needs a tensor with at "
+                            f"least one row, got {got}")
     if tensor.shape[0] % n_microbatches:
         raise PipelineError(f"a batch of {tensor.shape[0]} rows does not split into {n_microbatches} equal "
                             f"microbatches: pick a batch size divisible by n_microbatches")

@@ -31,7 +31,8 @@ built over that shard alone holds its state (Adam: exp_avg, exp_avg_sq of S elem
 Differences from DeepSpeed, on purpose for reading: one flat buffer (no buckets), gradient communication at
 `step()` for stages 1 and 2 and at the end of backward for stage 3 (not overlapped with backward), fp32
 (no fp16 copies). Frozen parameters (requires_grad=False) and buffers stay whole on every rank, broadcast
-from rank 0 once, as DDP's constructor does. A parameter that gets no gradient in a step counts as a zero
+from rank 0 once, as DDP's constructor does; before that, every rank's parameter shapes, stage and optimizer
+are compared (one all_gather_object, not counted in `comm`), so a rank with another model is named. A parameter that gets no gradient in a step counts as a zero
 gradient (as in DeepSpeed and FSDP; torch's Adam on one process would skip it).
 """
 import contextlib
@@ -48,6 +49,7 @@ from torch.utils._pytree import tree_map_only
 
 from ortlab.distributed.accounting import CommCounter, count_torch_collectives, counting_allreduce_hook
 from ortlab.distributed.accounting import measure_memory
+from ortlab.distributed.agreement import check_same_on_every_rank, describe_tensors
 from ortlab.errors import OrtlabError
 from ortlab.viz.tables import Table, within
 
@@ -151,6 +153,22 @@ def _trainable(model):
     return named
 
 
+def _check_same_model(model, named, optimizer_class, stage, optimizer_kwargs):
+    """Every rank must shard the same trainable parameters, frozen parameters and buffers (names, shapes,
+    dtypes) with the same stage and optimizer: one all_gather_object of their description before the first
+    broadcast, the same ZeroError on every rank otherwise (a flat buffer of another size would make gloo
+    abort)."""
+    trainable = {id(p) for _, p in named}
+    frozen = [(n, p) for n, p in model.named_parameters() if id(p) not in trainable]
+    optimizer = f"{optimizer_class.__name__}({', '.join(f'{k}={v!r}' for k, v in sorted(optimizer_kwargs.items()))})"
+    check_same_on_every_rank(
+        {"trainable parameter": describe_tensors(named), "frozen parameter": describe_tensors(frozen),
+         "buffer": describe_tensors(model.named_buffers()),
+         "setting": [("stage", f"value {stage!r}"), ("optimizer", optimizer)]}, ZeroError,
+        "ZeRO flattens the trainable parameters into one buffer cut into equal shards and broadcasts rank 0's "
+        "values: build the same model and call zero() with the same stage and optimizer on every rank")
+
+
 def zero(model, optimizer_class, stage, **optimizer_kwargs):
     """Shard `model`'s training across the process group's ranks with ZeRO `stage` (1, 2 or 3).
 
@@ -188,10 +206,12 @@ class ZeroOptimizer:
     """Steps the shard of the flat parameters this rank owns; does stage 1/2/3's communication.
 
     `stage`, `rank`, `world_size`, `layout` (FlatLayout), `optim` (the inner optimizer over `shard_param`),
-    `comm` (a CommCounter: bytes per collective per step; `comm.setup` holds the initial broadcasts).
+    `comm` (a CommCounter: bytes per collective per step; `comm.setup` holds the initial broadcasts, not
+    the few hundred bytes of the check that every rank holds the same model, which comes first).
     """
 
     def __init__(self, model, named, optimizer_class, stage, optimizer_kwargs):
+        _check_same_model(model, named, optimizer_class, stage, optimizer_kwargs)
         self.model = model
         self.stage = stage
         self.rank = dist.get_rank()
