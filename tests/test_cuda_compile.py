@@ -208,3 +208,16 @@ ptxas info    : Used 32 registers, 304 bytes cumulative stack size, 2048 bytes s
         ("_Z1fPf", "sm_80", 32, 2048, ((0, 368), (2, 8)))
     assert (k.local_bytes, k.spill_stores, k.spill_loads, k.spills) == (304, 312, 408, 720)
     assert (k.max_threads_per_block, k.min_blocks_per_sm) == (256, 3)
+
+
+def test_cuda_headers_from_the_runtime_wheel_are_on_the_include_path():
+    source = ('#include <cuda_fp16.h>\n'
+              'extern "C" __global__ void inc(__half* x) { x[threadIdx.x] = __hadd(x[threadIdx.x], __float2half(1.0f)); }\n')
+    result = cuda.compile(source, "sm_80")
+    assert "add.f16" in result.ptx  # a half-precision add, as cuda_fp16.hpp writes it for sm_53+
+    assert result.kernel("inc").registers > 0
+
+
+def test_a_nul_character_in_the_source_is_refused():
+    with pytest.raises(OrtlabError, match="NUL character"):
+        cuda.compile(REDUCTION + "\0", "sm_80")

@@ -150,12 +150,25 @@ def test_the_same_source_compiles_for_the_gpu():
     ((np.zeros(4, np.float32), np.zeros(1, np.float32)), "takes 3 arguments, got 2"),
     ((np.zeros(4, np.float32), [0.0], 4), "takes a numpy array, got list"),
     ((np.zeros(4, np.float32), np.zeros(1, np.float32), 2**40), "cannot hold"),
+    ((np.zeros(4, np.float32), np.zeros(1, np.float32), 2**70), "cannot hold"),
+    ((np.zeros(4, np.float32), np.zeros(1, np.float32), 2.5), "cannot hold"),
     ((np.zeros(4, np.float32), np.zeros(1, np.float32), np.int32(4).reshape(1)), "takes a number"),
     ((np.zeros(8, np.float32)[::2], np.zeros(1, np.float32), 4), "C-contiguous"),
 ])
 def test_bad_arguments(block_sum, args, message):
     with pytest.raises(OrtlabError, match=message):
         cpu.launch(block_sum, 1, 256, *args)
+
+
+def test_float_scalars_round_but_do_not_overflow():
+    kernel = cpu.cpu_kernel(r"""
+    extern "C" __global__ void fill(float* y, float v) { y[threadIdx.x] = v; }
+    """, "fill")
+    y = np.zeros(2, np.float32)
+    cpu.launch(kernel, 1, 2, y, 0.1)  # rounded to float32, as CUDA would receive it
+    assert (y == np.float32(0.1)).all()
+    with pytest.raises(OrtlabError, match="cannot hold 1e\\+40"):
+        cpu.launch(kernel, 1, 2, y, 1e40)
 
 
 def test_a_read_only_array_for_a_written_parameter(block_sum):

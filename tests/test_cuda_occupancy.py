@@ -172,3 +172,72 @@ def test_unknown_architecture(arch):
 def test_bad_dynamic_shared():
     with pytest.raises(OrtlabError, match="dynamic_shared must be a non-negative int"):
         occ(32, 256, "sm_80", dynamic=-1)
+
+
+# NVIDIA's occupancy calculator itself: cuda_occupancy.h, header-only host C++, shipped in the
+# nvidia-cuda-runtime-cu12 wheel that torch installs. A small g++ program runs its
+# cudaOccMaxActiveBlocksPerMultiprocessor over a sweep of kernels; the device properties are the
+# table's (checked against the Programming Guide above), every rule and granularity is the header's.
+HARNESS = r"""
+#include <cstdio>
+#include <cuda_occupancy.h>
+int main() {
+  int major, minor, threads, max_threads_sm, optin, per_sm, reserved, regs, block;
+  long shared;
+  while (std::scanf("%d %d %d %d %d %d %d %d %d %ld", &major, &minor, &threads, &max_threads_sm, &optin,
+                    &per_sm, &reserved, &regs, &block, &shared) == 10) {
+    cudaOccDeviceProp p;
+    p.computeMajor = major; p.computeMinor = minor; p.maxThreadsPerBlock = threads;
+    p.maxThreadsPerMultiprocessor = max_threads_sm; p.regsPerBlock = 65536; p.regsPerMultiprocessor = 65536;
+    p.warpSize = 32; p.sharedMemPerBlock = 48 * 1024; p.sharedMemPerMultiprocessor = per_sm; p.numSms = 1;
+    p.sharedMemPerBlockOptin = optin; p.reservedSharedMemPerBlock = reserved;
+    cudaOccFuncAttributes a;  // as cudaFuncGetAttributes gives them, after opting in to all shared memory
+    a.maxThreadsPerBlock = threads; a.numRegs = regs; a.sharedSizeBytes = shared;
+    a.shmemLimitConfig = FUNC_SHMEM_LIMIT_OPTIN; a.maxDynamicSharedSizeBytes = optin - shared;
+    a.numBlockBarriers = 1;
+    cudaOccDeviceState s;
+    cudaOccResult r;
+    int e = cudaOccMaxActiveBlocksPerMultiprocessor(&r, &p, &a, &s, block, 0);
+    std::printf("%d %d %u\n", e, r.activeBlocksPerMultiprocessor, r.limitingFactors);
+  }
+}
+"""
+FACTORS = {1: "threads", 2: "registers", 4: "shared memory", 8: "blocks"}  # OCC_LIMIT_WARPS, ...
+
+
+def _nvidia_occupancy(cases, tmp_path):
+    import subprocess
+
+    import nvidia.cuda_runtime
+
+    include = next(p for p in (f"{d}/include" for d in nvidia.cuda_runtime.__path__)
+                   if (__import__("pathlib").Path(p) / "cuda_occupancy.h").exists())
+    (tmp_path / "occ.cpp").write_text(HARNESS)
+    subprocess.run(["g++", "-std=c++17", "-O1", "-I", include, "occ.cpp", "-o", "occ"], cwd=tmp_path, check=True)
+    lines = []
+    for arch, regs, block, shared in cases:
+        a = ARCHS[arch]
+        lines.append(f"{a.compute_capability[0]} {a.compute_capability[1]} {a.max_threads_per_block} "
+                     f"{a.max_threads_per_sm} {a.shared_per_block_optin} {a.shared_per_sm} "
+                     f"{a.shared_reserved_per_block} {regs} {block} {shared}")
+    done = subprocess.run([str(tmp_path / "occ")], input="\n".join(lines), capture_output=True, text=True, check=True)
+    return [tuple(int(v) for v in line.split()) for line in done.stdout.splitlines()]
+
+
+def test_every_case_of_a_sweep_agrees_with_nvidias_cuda_occupancy_h(tmp_path):
+    registers = (0, 8, 16, 24, 32, 33, 37, 40, 48, 56, 64, 65, 72, 80, 96, 128, 168, 255)
+    blocks = (1, 32, 64, 96, 100, 128, 160, 192, 256, 320, 384, 512, 640, 768, 800, 1000, 1024)
+    shared = (0, 1, 1024, 4000, 14000, 32768, 49152, 65536, 100000, 163 * 1024, 227 * 1024)
+    cases = [(arch, r, b, s) for arch, a in ARCHS.items() for r in registers for b in blocks for s in shared
+             if s <= a.shared_per_block_optin]
+    theirs = _nvidia_occupancy(cases, tmp_path)
+    assert len(theirs) == len(cases)
+    differ = []
+    for (arch, r, b, s), (error, n, factors) in zip(cases, theirs):
+        assert error == 0, (arch, r, b, s)
+        o = occ(r, b, arch, shared=s)
+        named = tuple(name for bit, name in FACTORS.items() if factors & bit)
+        if o.blocks_per_sm != n or (n and set(o.limited_by) != set(named)):
+            differ.append(((arch, r, b, s), (o.blocks_per_sm, o.limited_by), (n, named)))
+    assert not differ, f"{len(differ)} of {len(cases)} differ, e.g. {differ[:5]}"
+    assert len(cases) > 15000

@@ -77,6 +77,8 @@ def compile(source, arch="sm_80", options=(), ptxas_timeout=60.0):
     `CudaCompileError` with NVRTC's line, column and message. Cached by (source, arch, options)."""
     if not isinstance(source, str) or not source.strip():
         raise OrtlabError(f"source must be CUDA C++ text (a non-empty str), not {type(source).__name__}")
+    if "\0" in source:
+        raise OrtlabError("source holds a NUL character (\\0), which would cut it short: remove it")
     limits = arch_limits(arch)
     options = _options(options)
     key = (source, arch, options)

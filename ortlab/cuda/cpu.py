@@ -209,8 +209,13 @@ def _argument(param, value):
         return value, value.size
     if isinstance(value, np.ndarray) or not isinstance(value, (int, float, bool, np.generic)):
         raise OrtlabError(f"parameter {param.name} ({param.type}) takes a number, got {type(value).__name__}")
-    scalar = np.array(value).astype(param.dtype)
-    if scalar.item() != value and not (isinstance(value, float) and param.dtype in (np.float32,)):
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            scalar = np.array(value).astype(param.dtype)
+    except (OverflowError, ValueError, TypeError):
+        scalar = None
+    rounded_float = np.issubdtype(param.dtype, np.floating) and np.isfinite(scalar) == np.isfinite(value)
+    if scalar is None or (scalar.item() != value and not rounded_float):
         raise OrtlabError(f"parameter {param.name} ({param.type}) cannot hold {value!r}")
     return np.ascontiguousarray(scalar.reshape(1)), 1
 

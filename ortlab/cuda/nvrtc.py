@@ -32,15 +32,18 @@ _LOG_LINE = re.compile(r"^(?P<file>[^\s()][^()]*)\((?P<line>\d+)\): (?P<severity
 
 @dataclass(frozen=True)
 class Diagnostic:
-    """One message of NVRTC's log: where (1-based line and column; column None if no caret) and what."""
+    """One message of NVRTC's log: where (1-based line and column; column None if no caret; `file`
+    is SOURCE_NAME for the compiled source, else the header the message is about) and what."""
 
     line: int
     column: int
     severity: str
     message: str
+    file: str = SOURCE_NAME
 
     def __str__(self):
-        where = f"line {self.line}" + (f", column {self.column}" if self.column else "")
+        where = ("" if self.file == SOURCE_NAME else f"{self.file} ") + f"line {self.line}" + (
+            f", column {self.column}" if self.column else "")
         return f"{where}: {self.severity}: {self.message}"
 
 
@@ -121,6 +124,17 @@ def _text(prog, size_call, get_call):
     return buffer.value.decode(errors="replace")
 
 
+def include_dirs():
+    """CUDA's own headers (cuda_fp16.h, cuda_bf16.h, cooperative_groups.h...) from the
+    nvidia-cuda-runtime-cu12 wheel torch installs, so that `#include <cuda_fp16.h>` works."""
+    try:
+        import nvidia.cuda_runtime
+    except ImportError:
+        return []
+    return [d for d in (os.path.join(f, "include") for f in nvidia.cuda_runtime.__path__)
+            if os.path.isfile(os.path.join(d, "cuda_fp16.h"))]
+
+
 def compile_to_ptx(source, compute, options=()):
     """(ptx, log): `source` compiled for the virtual architecture `compute` ("compute_80") with the
     further NVRTC `options`. A compile error is a CudaCompileError carrying NVRTC's diagnostics."""
@@ -129,23 +143,23 @@ def compile_to_ptx(source, compute, options=()):
     _check(lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), SOURCE_NAME.encode(), 0, None, None),
            "nvrtcCreateProgram")
     try:
-        args = [f"--gpu-architecture={compute}", *options]
+        args = [f"--gpu-architecture={compute}", *(f"--include-path={d}" for d in include_dirs()), *options]
         argv = (ctypes.c_char_p * len(args))(*(a.encode() for a in args))
         result = lib.nvrtcCompileProgram(prog, len(args), argv)
         log = _text(prog, "nvrtcGetProgramLogSize", "nvrtcGetProgramLog")
         if result != 0:
-            raise _compile_error(result, log, source, args)
+            raise _compile_error(result, log, source, list(options))
         return _text(prog, "nvrtcGetPTXSize", "nvrtcGetPTX"), log
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
-def _compile_error(result, log, source, args):
+def _compile_error(result, log, source, options):
     name = library().nvrtcGetErrorString(result).decode()
     diagnostics = parse_log(log, source)
     errors = [d for d in diagnostics if d.severity.endswith("error")] or diagnostics
     if name == "NVRTC_ERROR_INVALID_OPTION":
-        what = f"NVRTC rejected an option of {args[1:]}: {log.strip() or name}"
+        what = f"NVRTC rejected an option of {options}: {log.strip() or name}"
     elif errors:
         what = "; ".join(str(d) for d in errors[:5])
     else:
@@ -157,7 +171,7 @@ def parse_log(log, source=""):
     """NVRTC's log as Diagnostics. The column comes from the caret line under the echoed source
     line (NVRTC prints no column number); it is None when the echo is not that source line."""
     lines = log.splitlines()
-    source_lines = source.splitlines()
+    source_lines = source.split("\n")  # the compiler counts newlines only
     found = []
     for k, text in enumerate(lines):
         m = _LOG_LINE.match(text)
@@ -165,9 +179,10 @@ def parse_log(log, source=""):
             continue
         line = int(m["line"])
         column = None
-        if k + 2 < len(lines) and lines[k + 2].strip() == "^" and 0 < line <= len(source_lines):
+        ours = m["file"] == SOURCE_NAME
+        if ours and k + 2 < len(lines) and lines[k + 2].strip() == "^" and 0 < line <= len(source_lines):
             column = _caret_column(lines[k + 1], lines[k + 2], source_lines[line - 1])
-        found.append(Diagnostic(line, column, m["severity"], m["message"].strip()))
+        found.append(Diagnostic(line, column, m["severity"], m["message"].strip(), m["file"]))
     return found
 
 
