@@ -191,6 +191,16 @@ def test_bad_launch_shapes(block_sum, grid, block, message):
         cpu.launch(block_sum, grid, block, np.zeros(4, np.float32), np.zeros(1, np.float32), 4)
 
 
+def test_a_declaration_before_the_definition():
+    source = r"""
+    __global__ void twice(float* y);
+    __global__ void twice(float* y) { y[threadIdx.x] *= 2.0f; }
+    """
+    y = np.arange(8, dtype=np.float32)
+    cpu.launch(cpu.cpu_kernel(source, "twice"), 1, 8, y)
+    np.testing.assert_array_equal(y, 2 * np.arange(8, dtype=np.float32))
+
+
 def test_bad_kernels():
     with pytest.raises(OrtlabError, match=r"no __global__ kernel named 'sum'.*\['block_sum'\]"):
         cpu.cpu_kernel(GOOD, "sum")

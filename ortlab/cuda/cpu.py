@@ -71,16 +71,23 @@ class CpuKernel:
 
 def _signature(source, name):
     """(start, end) of the parameter list's text of __global__ kernel `name` in `source`."""
-    m = re.search(r"__global__[^;{}]*?\b" + re.escape(name) + r"\s*\(", source)
+    matches = list(re.finditer(r"__global__[^;{}]*?\b" + re.escape(name) + r"\s*\(", source))
+    # the definition, not a declaration before it: its parameter list is followed by the body
+    m = next((m for m in matches if re.match(r"\s*\{", source[_closing(source, m.end(), name) + 1:])), None)
     if not m:
         plain = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", source)
         found = re.findall(r"__global__[^;{}(]*?\b(\w+)\s*\(", plain)
         raise OrtlabError(f"no __global__ kernel named {name!r} in the source; its kernels are {found}")
-    depth, start = 1, m.end()
+    return m.end(), _closing(source, m.end(), name)
+
+
+def _closing(source, start, name):
+    """Index of the parenthesis that closes the one opened just before `start`."""
+    depth = 1
     for k in range(start, len(source)):
         depth += {"(": 1, ")": -1}.get(source[k], 0)
         if depth == 0:
-            return start, k
+            return k
     raise OrtlabError(f"kernel {name!r}'s parameter list has no closing parenthesis")
 
 
