@@ -343,3 +343,116 @@ def test_ortmodule_trains_an_ignore_index_from_a_size():
     got.backward(), expected.backward()
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(_grads(module), _grads(reference))
+
+
+def test_export_error_says_what_is_unsupported_without_the_torch_ir():
+    """A computed ignore_index with label smoothing: torch's symbolic refuses label smoothing."""
+
+    class Smoothed(LastClassIgnored):
+        def forward(self, x, y):
+            logits = self.linear(x)
+            return F.cross_entropy(logits, y, ignore_index=logits.size(-1) - 1, label_smoothing=0.1)
+
+    with pytest.raises(OrtlabError, match="does not support label_smoothing") as info:
+        MiniORTModule(Smoothed())(torch.randn(3, 4), torch.tensor([0, 4, 1]))
+    assert "Caused by" not in str(info.value) and "Torch IR" not in str(info.value)
+
+
+# --- more of what a forward may do -------------------------------------------------------------
+
+class StepCounter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear, self.steps = torch.nn.Linear(2, 2), 0
+
+    def forward(self, x):
+        self.steps += 1
+        return self.linear(x)
+
+
+def test_forward_changing_a_python_attribute_is_refused(wrap):
+    module = StepCounter()
+    with pytest.raises(StateUpdateError, match="Python attribute.*steps"):
+        wrap(module)(torch.randn(3, 2))
+    assert module.steps == 0
+
+
+def test_ortmodule_changes_a_python_attribute_at_the_export_only():
+    """ORT's behaviour, silently wrong: 3 steps, the counter reads 1 (PyTorch: 3)."""
+    module = StepCounter()
+    wrapped = ortmodule(module)
+    for _ in range(3):
+        wrapped(torch.randn(3, 2)).sum().backward()
+    assert module.steps == 1
+
+
+class ReturnsSizes(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 3)
+
+    def forward(self, x):
+        y = self.linear(x)
+        return {"y": y, "rows": y.shape[0], "shape": y.shape, "constant": 7, "ratio": 0.5}
+
+
+def test_sizes_returned_by_forward_are_the_current_ones(wrap):
+    """PyTorch returns each call's sizes; the graph computes them (not the export's values)."""
+    module = ReturnsSizes()
+    wrapped = wrap(copy.deepcopy(module))
+    for rows in (3, 5, 1):
+        x = torch.randn(rows, 2)
+        got, expected = wrapped(x), module(x)
+        assert got["rows"] == expected["rows"] == rows and type(got["rows"]) is int
+        assert tuple(got["shape"]) == tuple(expected["shape"]) and (got["constant"], got["ratio"]) == (7, 0.5)
+        torch.testing.assert_close(got["y"], expected["y"])
+        got["y"].sum().backward()
+
+
+def test_ortmodule_returns_a_size_as_the_current_value():
+    """ORT's behaviour: the size is a graph output, returned as a 0-d tensor of the current value
+    (a torch.Size in the outputs it cannot take: "ORTModule fails to extract schema")."""
+
+    class ReturnsRows(ReturnsSizes):
+        def forward(self, x):
+            y = self.linear(x)
+            return y, y.shape[0]
+
+    wrapped = ortmodule(ReturnsRows())
+    for rows in (3, 5):
+        assert int(wrapped(torch.randn(rows, 2))[1]) == rows
+
+
+def test_lazy_module_materializes_and_trains(wrap):
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.LazyLinear(3), torch.nn.Tanh())
+    wrapped = wrap(module)
+    x = torch.randn(4, 5)
+    y = wrapped(x)
+    y.sum().backward()
+    reference = copy.deepcopy(module)
+    reference.zero_grad()
+    reference(x).sum().backward()
+    torch.testing.assert_close(y.detach(), reference(x).detach())
+    torch.testing.assert_close(module[0].weight.grad, reference[0].weight.grad)
+
+
+def test_returning_an_input_and_one_tensor_twice(wrap):
+    class Echo(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(2, 2)
+
+        def forward(self, x):
+            y = self.linear(x)
+            return x, y, y
+
+    module = Echo()
+    x = torch.randn(3, 2, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    got, expected = wrap(copy.deepcopy(module))(x), module(x_ref)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g.detach(), e.detach())
+    (got[0].sum() + 2 * got[1].sum() + 3 * got[2].sum()).backward()
+    (expected[0].sum() + 2 * expected[1].sum() + 3 * expected[2].sum()).backward()
+    torch.testing.assert_close(x.grad, x_ref.grad)

@@ -39,14 +39,19 @@ class _FlattenedModule(torch.nn.Module):
 
     def __init__(self, module, flat_inputs):
         super().__init__()
-        self.module, self.flat_inputs, self.output_schema = module, flat_inputs, None
+        self.module, self.flat_inputs = module, flat_inputs
+        self.output_schema, self.traced_schema = None, None  # of the plain run, of the trace
         # The module's mode, not nn.Module's default (train): torch.onnx.export puts this wrapper
         # back into the mode it found, recursively, and would switch an eval module to train.
         self.training = module.training
 
     def forward(self, *tensors):
         args, kwargs = self.flat_inputs.rebuild(tensors)
-        tensors_out, self.output_schema = flatten_outputs(self.module(*args, **kwargs))
+        tensors_out, schema = flatten_outputs(self.module(*args, **kwargs))
+        if self.output_schema is None:
+            self.output_schema = schema
+        else:
+            self.traced_schema = schema
         return tuple(tensors_out)
 
 
@@ -115,13 +120,16 @@ def _export(module, flat_inputs, names, opset):
                               "would fall back to PyTorch here; MiniORTModule has no fallback: run "
                               "this module in plain PyTorch or express the op with exportable ones)") from None
     check_tracer_warnings(caught)
-    return onnx.load_from_string(buffer.getvalue()), out_names, flat.output_schema
+    model = onnx.load_from_string(buffer.getvalue())
+    # every graph output, in order: the trace may output more than out_names (sizes: OutputSchema.with_trace)
+    return model, [o.name for o in model.graph.output], flat.output_schema.with_trace(flat.traced_schema)
 
 
 def _reason(exc, limit=600):
-    """The exporter's message without the Torch IR dump it appends, cut at `limit` characters."""
-    text = " ".join(line.strip() for line in str(exc).split("Torch IR graph at exception")[0].splitlines()
-                    if line.strip())
+    """The exporter's message without the Torch IR it appends ('[Caused by the value...',
+    'Torch IR graph at exception'), on one line, cut at `limit` characters."""
+    text = str(exc).split("Torch IR graph at exception")[0].split("[Caused by the value")[0]
+    text = " ".join(line.strip() for line in text.splitlines() if line.strip())
     return text if len(text) <= limit else text[:limit] + "..."
 
 
@@ -138,12 +146,15 @@ def unchanged_state(module):
     update made in forward is done by the export's trace and never again: ORTModule 1.19.2 trains
     such a module silently, its buffer frozen after one update (a step counter reads 1 after any
     number of steps; BatchNorm's running statistics stay at their first update)."""
-    before = {n: (t, t._version, t.detach().clone()) for n, t in _state(module)}
+    before = {n: (t, t._version, t.detach().clone()) for n, t in _state(module)
+              if not torch.nn.parameter.is_lazy(t)}  # a lazy module's first forward creates them
+    attributes = _plain_attributes(module)
     yield
     after = dict(_state(module))
     changed = [n for n, (t, version, value) in before.items()
                if after.get(n) is not t or t._version != version or not _same(t, value)]
     if not changed:
+        _check_attributes(module, attributes)
         return
     for name, (tensor, _, value) in before.items():
         _put_back(module, name, tensor, value)
@@ -155,6 +166,45 @@ def unchanged_state(module):
         "does so silently: a step counter stays at 1, running statistics at their first update). "
         "Update it outside forward (e.g. in the training loop, under torch.no_grad()), or run the "
         "module in plain PyTorch")
+
+
+PLAIN = (type(None), bool, int, float, str)
+
+
+def _plain_attributes(module, skip=None):
+    """{(submodule path, attribute): value} of the Python numbers, strings and None the modules hold,
+    and the paths left out: lazy modules (their first forward sets their sizes), or `skip`."""
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    if skip is None:
+        skip = {path for path, sub in module.named_modules() if isinstance(sub, LazyModuleMixin)}
+    return {(path, key): value for path, sub in module.named_modules() if path not in skip
+            for key, value in vars(sub).items() if isinstance(value, PLAIN)}, skip
+
+
+def _check_attributes(module, before):
+    """Refuse (and undo) a forward that changed a plain Python attribute (`self.steps += 1`): the
+    graph runs none of the module's Python, so it would change at the export only (ORTModule
+    1.19.2 does that silently: a counter reads 1 after any number of steps)."""
+    (before, skip), (after, _) = before, _plain_attributes(module, before[1])
+    changed = sorted(k for k in set(before) | set(after) if before.get(k, _MISSING) != after.get(k, _MISSING))
+    if not changed:
+        return
+    for path, key in changed:
+        owner = module.get_submodule(path)
+        if (path, key) in before:
+            setattr(owner, key, before[path, key])
+        else:
+            delattr(owner, key)
+    listed = ", ".join(f"{path + '.' if path else ''}{key}" for path, key in changed)
+    raise StateUpdateError(
+        f"the module's forward changes its Python attribute(s) {listed}: the exported graph runs none "
+        "of the module's Python code, so the change would happen at the export only, never at the "
+        "later steps PyTorch would make it (ORTModule does so silently). Keep such state outside "
+        "forward (e.g. count steps in the training loop), or run the module in plain PyTorch")
+
+
+_MISSING = object()
 
 
 def _state(module):

@@ -9,7 +9,7 @@ The *schema* is what decides a re-export: the tree's structure, and for each lea
 (dtype, rank, requires_grad) of a tensor or the value of a non-tensor. Shapes are not part
 of it, because the graph is exported with every dimension dynamic.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch.utils import _pytree as pytree
@@ -124,18 +124,44 @@ class OutputSchema:
     """How to rebuild a module's outputs from the graph's flat outputs.
 
     `constants` holds the non-tensor leaves seen at export time (by leaf index): a graph
-    cannot compute them, so they come back as they were then, as ORTModule does.
+    cannot compute them, so they come back as they were then, as ORTModule does. `numbers`
+    holds the leaves that are Python numbers computed from a size (`y.shape[0]`): the graph
+    computes them, and they come back as Python numbers of that type (ORTModule returns them
+    as 0-d tensors).
     """
 
     spec: object
     tensor_leaves: tuple
     constants: dict
+    numbers: dict = field(default_factory=dict)
 
     def restore(self, tensors):
         it = iter(tensors)
-        leaves = [next(it) if i in self.tensor_leaves else self.constants[i]
+        leaves = [self._leaf(i, next(it)) if i in self.tensor_leaves else self.constants[i]
                   for i in range(self.spec.num_leaves)]
         return pytree.tree_unflatten(leaves, self.spec)
+
+    def _leaf(self, index, tensor):
+        return self.numbers[index](tensor.item()) if index in self.numbers else tensor
+
+    def with_trace(self, traced):
+        """The schema to restore the graph's outputs with, given the one the export's trace saw
+        (None: the same). The trace sees a tensor where the plain run saw a Python number computed
+        from a size: the graph outputs it, and it is restored as a number. Anything else differing
+        is refused."""
+        if traced is None or (traced.spec, traced.tensor_leaves) == (self.spec, self.tensor_leaves):
+            return self
+        sized = [i for i in traced.tensor_leaves if i not in self.tensor_leaves]
+        if traced.spec != self.spec or not set(self.tensor_leaves) <= set(traced.tensor_leaves) or \
+                any(type(self.constants.get(i)) not in (int, float, bool) for i in sized):
+            raise SchemaError(
+                f"the module's outputs differ between a plain run ({self.spec.num_leaves} leaves, "
+                f"{len(self.tensor_leaves)} tensors) and the export's trace ({traced.spec.num_leaves} "
+                f"leaves, {len(traced.tensor_leaves)} tensors): its output structure depends on "
+                "tracing; return the same tensors in both (no torch.jit.is_tracing() branches)")
+        return OutputSchema(self.spec, traced.tensor_leaves,
+                            {i: c for i, c in self.constants.items() if i not in sized},
+                            {i: type(self.constants[i]) for i in sized})
 
 
 # What a module may return besides tensors, inside tuples, lists and dicts: ORTModule's
