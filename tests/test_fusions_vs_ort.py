@@ -85,8 +85,16 @@ def assert_same_graph(ours, theirs):
     assert mine[2] == ort[2], f"ortlab reads {mine[2]} initializers, ORT {ort[2]}"
 
 
+def nonzero_feeds(model):
+    """ex.feeds, with integer inputs drawn from 1..4 (an integer division by 0 kills the process)."""
+    feeds = ex.feeds(model)
+    rng = np.random.default_rng(0)
+    return {k: (rng.integers(1, 5, v.shape).astype(v.dtype) if v.dtype.kind in "iu" else v)
+            for k, v in feeds.items()}
+
+
 def assert_same_outputs(original, optimized):
-    feeds = ex.feeds(original)
+    feeds = nonzero_feeds(original)
     want, got = session.run_model(original, feeds), session.run_model(optimized, feeds)
     for name in want:
         assert got[name].shape == want[name].shape, name
@@ -248,6 +256,50 @@ def sharing(c1, c2):
     return model(nodes, inputs, ["y", "z"], [("c1", c1), ("c2", c2)], elem=elem)
 
 
+def noop(op, value, const_first=False, x_shape=(2, 3), elem=F, x_from_node=True, graph_output=False):
+    """Relu(x) -> op(., c) -> Relu: is op a no-op to remove? (Neg instead of Relu for int types)."""
+    act = "Relu" if elem in (F, TensorProto.DOUBLE) else "Neg"
+    c = np.asarray(value, helper.tensor_dtype_to_np_dtype(elem))
+    data = "r" if x_from_node else "x"
+    nodes = [h(act, ["x"], ["r"])] if x_from_node else []
+    nodes.append(h(op, ["c", data] if const_first else [data, "c"], ["y" if graph_output else "m"]))
+    if not graph_output:
+        nodes.append(h(act, ["m"], ["y"]))
+    return model(nodes, [("x", None if x_shape is None else list(x_shape))], ["y"], [("c", c)], elem=elem)
+
+
+def div_mul(one=1.0, mul_first=False, shared=False, elem=F, opset=17):
+    c = np.asarray(one, helper.tensor_dtype_to_np_dtype(elem))
+    nodes = [h("Div", ["c", "x"], ["d"]), h("Mul", ["z", "d"] if mul_first else ["d", "z"], ["y"])]
+    outputs = ["y"]
+    if shared:
+        nodes.append(h("Neg", ["d"], ["w"]))
+        outputs.append("w")
+    m = model(nodes, [("x", [3]), ("z", [3])], outputs, [("c", c)], elem=elem)
+    m.opset_import[0].version = opset
+    return m
+
+
+def not_where(opset=15, readers="one"):
+    """Where(Not(c), a, b); readers 'two' adds a second Where, 'cast' a Cast of Not(c), 'branch' a
+    Where reading Not(c) as a branch."""
+    nodes = [h("Not", ["c"], ["nc"]), h("Where", ["nc", "a", "b"], ["y"])]
+    outs = [helper.make_tensor_value_info("y", F, None)]
+    if readers == "two":
+        nodes.append(h("Where", ["nc", "b", "a"], ["z"]))
+        outs.append(helper.make_tensor_value_info("z", F, None))
+    elif readers == "cast":
+        nodes.append(h("Cast", ["nc"], ["z"], to=F))
+        outs.append(helper.make_tensor_value_info("z", F, None))
+    elif readers == "branch":
+        nodes.append(h("Where", ["c", "nc", "c"], ["z"]))
+        outs.append(helper.make_tensor_value_info("z", TensorProto.BOOL, None))
+    graph = helper.make_graph(nodes, "case", [helper.make_tensor_value_info("c", TensorProto.BOOL, [2, 3]),
+                                              helper.make_tensor_value_info("a", F, [2, 3]),
+                                              helper.make_tensor_value_info("b", F, [2, 3])], outs)
+    return make_model(graph, opset=opset, domains=())
+
+
 # (case id, model builder, ortlab's graph equals ORT's?) -- where not, the test named says why
 CASES = [
     ("scale-rank0-input", scale_rank0_input, True),
@@ -291,6 +343,40 @@ CASES = [
     ("sharing-uint8", lambda: sharing(np.arange(4, dtype=np.uint8), np.arange(4, dtype=np.uint8)), True),
     ("sharing-bool", lambda: sharing(np.ones(4, bool), np.ones(4, bool)), True),
     ("sharing-float16", lambda: sharing(np.ones(4, np.float16), np.ones(4, np.float16)), True),
+    ("noop-add-zero", lambda: noop("Add", 0.0), True),
+    ("noop-zero-add", lambda: noop("Add", 0.0, const_first=True), True),
+    ("noop-sub-zero", lambda: noop("Sub", 0.0), True),
+    ("noop-zero-sub", lambda: noop("Sub", 0.0, const_first=True), True),
+    ("noop-mul-one", lambda: noop("Mul", 1.0), True),
+    ("noop-one-mul", lambda: noop("Mul", 1.0, const_first=True), True),
+    ("noop-div-one", lambda: noop("Div", 1.0), True),
+    ("noop-one-div", lambda: noop("Div", 1.0, const_first=True), True),
+    ("noop-add-one", lambda: noop("Add", 1.0), True),
+    ("noop-mul-zero", lambda: noop("Mul", 0.0), True),
+    ("noop-add-minus-zero", lambda: noop("Add", -0.0), True),
+    ("noop-add-zero-rank1", lambda: noop("Add", [0.0]), True),
+    ("noop-add-zero-rank3", lambda: noop("Add", [[[0.0]]]), True),
+    ("noop-add-zeros-vector", lambda: noop("Add", [0.0, 0.0, 0.0]), True),
+    # ORT 1.19.2 removes it and the output's shape changes: test_ort_removes_an_add_of_an_empty_constant
+    ("noop-add-empty", lambda: noop("Add", np.zeros(0), x_shape=(2, 1)), False),
+    ("noop-add-zero-int64", lambda: noop("Add", 0, elem=TensorProto.INT64), True),
+    ("noop-mul-one-int32", lambda: noop("Mul", 1, elem=TensorProto.INT32), True),
+    ("noop-add-zero-double", lambda: noop("Add", 0.0, elem=TensorProto.DOUBLE), True),
+    ("noop-x-is-graph-input", lambda: noop("Add", 0.0, x_from_node=False), True),
+    ("noop-output-is-graph-output", lambda: noop("Add", 0.0, graph_output=True), True),
+    ("noop-x-rank-unknown", lambda: noop("Add", 0.0, x_shape=None), True),
+    ("divmul", div_mul, True),
+    ("divmul-mul-first", lambda: div_mul(mul_first=True), True),
+    ("divmul-opset-13", lambda: div_mul(opset=13), True),
+    ("divmul-two", lambda: div_mul(2.0), True),
+    ("divmul-div-shared", lambda: div_mul(shared=True), True),
+    ("divmul-int64", lambda: div_mul(1, elem=TensorProto.INT64), True),
+    # ORT 1.19.2 fuses it and the output loses two axes: test_ort_fuses_a_div_mul_whose_one_broadcasts
+    ("divmul-one-rank3", lambda: div_mul([[[1.0]]]), False),
+    ("notwhere-opset15", not_where, True),
+    ("notwhere-opset17-where16", lambda: not_where(opset=17), True),
+    ("notwhere-two-wheres", lambda: not_where(readers="two"), True),
+    ("notwhere-not-also-cast", lambda: not_where(readers="cast"), True),
 ]
 
 
@@ -387,4 +473,49 @@ def test_the_figures_are_counted():
     """How many of the cases' graphs equal ORT's (printed for the report; -s shows it)."""
     equal = sum(1 for _, _, same in CASES if same)
     print(f"\nortlab's graph equals ORT 1.19.2's in {equal} of {len(CASES)} fusion cases")
-    assert equal == len(CASES) - 2
+    assert equal == len(CASES) - 4
+
+
+# --- level-1 rules: NoopElimination, DivMulFusion, NotWhereFusion -------------------------------------
+
+def test_ort_removes_an_add_of_an_empty_constant():
+    """x [2, 1] + c [0] is [2, 0]; ORT 1.19.2's NoopElimination removes the Add and the result stays
+    [2, 1]. ortlab declines and says why. If this starts failing, ORT was fixed."""
+    m = noop("Add", np.zeros(0), x_shape=(2, 1))
+    feeds = ex.feeds(m)
+    assert session.run_model(m, feeds)["y"].shape == (2, 0)
+    assert session.run_model(m, feeds, CPU, level="basic")["y"].shape == (2, 1)
+    ours, manager = ortlab_run(m)
+    assert ex.op_counts(ours)["Add"] == 1
+    assert any("empty" in why for why in declined(manager, "Level1_RuleBasedTransformer"))
+
+
+def test_ort_fuses_a_div_mul_whose_one_broadcasts():
+    """1 [1, 1, 1] / x [3] * y [3] is [1, 1, 3]; ORT 1.19.2's DivMulFusion makes it y / x, [3].
+    ortlab declines and says why. If this starts failing, ORT was fixed."""
+    m = div_mul([[[1.0]]])
+    feeds = nonzero_feeds(m)
+    assert session.run_model(m, feeds)["y"].shape == (1, 1, 3)
+    assert session.run_model(m, feeds, CPU, level="basic")["y"].shape == (3,)
+    ours, manager = ortlab_run(m)
+    assert ex.op_counts(ours) == {"Div": 1, "Mul": 1}
+    assert any("axes" in why for why in declined(manager, "Level1_RuleBasedTransformer"))
+
+
+def test_a_where_reading_not_as_a_branch_is_left_alone():
+    """Where(c, Not(c), c) beside Where(Not(c), a, b): not_where_fusion.cc only checks that every
+    reader of Not(c) is a Where, and would swap the branches of both and feed c for Not(c).
+    ortlab leaves them and says why. (ORT's CPU EP has no Where-9 kernel for bool branches,
+    so ORT cannot run this graph either way: the check is on the graph.)"""
+    m = not_where(readers="branch")
+    ours, manager = ortlab_run(m)
+    assert [(n.op_type, list(n.input)) for n in ours.graph.node] == [(n.op_type, list(n.input)) for n in m.graph.node]
+    assert any("branch" in why for why in declined(manager, "Level1_RuleBasedTransformer"))
+
+
+@pytest.mark.parametrize("name", ["NoopElimination", "DivMulFusion", "NotWhereFusion"])
+def test_the_new_rules_are_level_1_on_every_ep(name):
+    """ORT registers them in GenerateRewriteRules for level 1, for all EPs (graph_transformer_utils.cc)."""
+    from ortlab.transformers import registry
+    level, cls = registry.RULES[name]
+    assert level == 1 and cls.__name__ == name

@@ -14,6 +14,9 @@ from ortlab.transformers.registry import LEVELS, known_names, register_rule, reg
 
 # importing the modules registers their transformers, in ORT's order within each level
 from ortlab.transformers import eliminations  # noqa: E402,F401  (level 1 rules)
+from ortlab.transformers.noop_elimination import NoopElimination  # noqa: E402
+from ortlab.transformers.div_mul_fusion import DivMulFusion  # noqa: E402
+from ortlab.transformers.not_where_fusion import NotWhereFusion  # noqa: E402
 from ortlab.transformers.constant_sharing import ConstantSharing  # noqa: E402
 from ortlab.transformers.cse import CommonSubexpressionElimination  # noqa: E402
 from ortlab.transformers.constant_folding import ConstantFolding  # noqa: E402
@@ -29,10 +32,12 @@ from ortlab.transformers.pre_training import (optimize_for_training, ort_pre_tra
                                               pre_training_transformers)
 
 __all__ = ["BiasDropoutFusion", "BiasGeluFusion", "BiasSoftmaxFusion", "CastElimination",
-           "CommonSubexpressionElimination", "ConstantFolding", "ConstantSharing", "EliminateDropout", "EliminateIdentity",
+           "CommonSubexpressionElimination", "ConstantFolding", "ConstantSharing", "DivMulFusion",
+           "EliminateDropout", "EliminateIdentity",
            "GeluFusion", "GemmActivationFusion", "GraphTransformer", "GraphTransformerManager", "LEVELS",
            "LayerNormFusion", "Match", "MatMulAddFusion", "MatMulScaleFusion", "MatmulTransposeFusion",
-           "NoopReshapeElimination", "PatternFusion", "RewriteRule", "RuleBasedGraphTransformer", "RuleEffect",
+           "NoopElimination", "NoopReshapeElimination", "NotWhereFusion", "PatternFusion", "RewriteRule",
+           "RuleBasedGraphTransformer", "RuleEffect",
            "TransformerError", "TransformerRecord", "graph_utils", "known_names", "optimize",
            "optimize_for_training", "ort_pre_training_table", "pre_training_transformers",
            "register_rule", "register_transformer", "unregister"]

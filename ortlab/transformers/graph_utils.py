@@ -5,9 +5,9 @@ CanRemoveNode, RemoveNode, FinalizeNodeFusion) and optimizer_utils.h
 (IsInitializerWithExpectedValue, GetScalarInitializerValue, IsScalar).
 """
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, defs
 
-from ortlab.onnx_defs import MS_DOMAIN, domain_of
+from ortlab.onnx_defs import MS_DOMAIN, domain_of, opset_of
 from ortlab.transformers.graph_transformer import label
 
 MS = MS_DOMAIN
@@ -17,6 +17,24 @@ FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, Tenso
 def is_op(node, op_type, domain=""):
     """True when the node is `op_type` of `domain` ('' and 'ai.onnx' are the same domain)."""
     return node is not None and node.op_type == op_type and domain_of(node.domain) == domain_of(domain)
+
+
+def since_version(graph, node):
+    """The version of the node's op schema at the model's opset (Node::SinceVersion), or None."""
+    opset = opset_of(graph.opset_imports, node.domain or "")
+    if opset is None:
+        return None
+    try:
+        return defs.get_schema(node.op_type, opset, node.domain or "").since_version
+    except defs.SchemaError:
+        return None
+
+
+def is_op_version(graph, node, op_type, versions, domain=""):
+    """is_op, and the op's schema at the model's opset is one of `versions`
+    (graph_utils::IsSupportedOptypeVersionAndDomain): a rule written for Where-9 does not
+    touch a Where-16."""
+    return is_op(node, op_type, domain) and since_version(graph, node) in versions
 
 
 def constant(graph, name, excluded=()):
