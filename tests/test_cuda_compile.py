@@ -221,3 +221,9 @@ def test_cuda_headers_from_the_runtime_wheel_are_on_the_include_path():
 def test_a_nul_character_in_the_source_is_refused():
     with pytest.raises(OrtlabError, match="NUL character"):
         cuda.compile(REDUCTION + "\0", "sm_80")
+
+
+def test_ptxas_runs_under_a_time_limit():
+    with pytest.raises(OrtlabError, match="ptxas took longer than 0.0001 s for sm_80"):
+        cuda.compile(REDUCTION + "\n// timed\n", "sm_80", ptxas_timeout=0.0001)
+    assert cuda.compile(REDUCTION + "\n// timed\n", "sm_80").cubin  # a failure is not cached
