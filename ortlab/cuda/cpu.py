@@ -41,6 +41,10 @@ DTYPES = {
     "long": np.int64, "long long": np.int64, "int64_t": np.int64,
     "unsigned long": np.uint64, "unsigned long long": np.uint64, "uint64_t": np.uint64, "size_t": np.uint64,
 }
+BUILD = (["g++", "-std=c++17", "-O1", "-g", "-fPIC", "-fvisibility=hidden", "-fsanitize=bounds",
+          "-c", "kernel.cpp", "-o", "kernel.o"],
+         # linked without -fsanitize: the bounds handlers are cpu_cuda.h's, not libubsan's
+         ["g++", "-shared", "kernel.o", "-o", "kernel.so"])
 _LOCK = threading.Lock()
 _BUILT = {}
 _DYNAMIC_SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?"
@@ -149,7 +153,7 @@ def cpu_kernel(source, name, timeout=120.0):
         raise OrtlabError("cpu_kernel takes the CUDA C++ source and the kernel's name, both str")
     params = parse_params(source, name)
     header = HEADER.read_text()
-    key = hashlib.sha256("\0".join((source, name, header)).encode()).hexdigest()[:20]
+    key = hashlib.sha256("\0".join((source, name, header, repr(BUILD))).encode()).hexdigest()[:20]
     if key not in _BUILT:
         text = (f'#include "{HEADER}"\n#line 1 "kernel.cu"\n' + _rewrite(source, name, params)
                 + '\n#line 1 "ortlab_launch"\n' + _wrapper(name, params))
@@ -166,11 +170,7 @@ def _build(text, key, timeout):
     folder.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=key, dir=folder))  # a process of its own builds here
     (work / "kernel.cpp").write_text(text)
-    steps = (["g++", "-std=c++17", "-O1", "-g", "-fPIC", "-fvisibility=hidden", "-fsanitize=bounds",
-              "-c", "kernel.cpp", "-o", "kernel.o"],
-             # linked without -fsanitize: the bounds handlers are cpu_cuda.h's, not libubsan's
-             ["g++", "-shared", "kernel.o", "-o", "kernel.so"])
-    for argv in steps:
+    for argv in BUILD:
         try:
             done = subprocess.run(argv, cwd=work, capture_output=True, text=True, errors="replace", timeout=timeout,
                                   env={**os.environ, "LC_ALL": "C"})  # plain quotes in g++'s messages
