@@ -456,3 +456,40 @@ def test_returning_an_input_and_one_tensor_twice(wrap):
     (got[0].sum() + 2 * got[1].sum() + 3 * got[2].sum()).backward()
     (expected[0].sum() + 2 * expected[1].sum() + 3 * expected[2].sum()).backward()
     torch.testing.assert_close(x.grad, x_ref.grad)
+
+
+def test_padding_idx_on_a_weight_computed_in_forward_is_refused(wrap):
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Parameter(torch.randn(4, 3))
+
+        def forward(self, ids):
+            return F.embedding(ids, self.table * 2, padding_idx=0)
+
+    with pytest.raises(OrtlabError, match="padding_idx reads a weight computed inside forward"):
+        wrap(Scaled())(torch.tensor([0, 1, 0]))
+
+
+def test_ignore_index_from_the_data_is_still_refused(wrap):
+    """int(y.max()) is baked into the trace: another batch would ignore the wrong class."""
+    from ortlab.training import TracerWarningError
+
+    class FromData(LastClassIgnored):
+        def forward(self, x, y):
+            return F.cross_entropy(self.linear(x), y, ignore_index=int(y.max()))
+
+    with pytest.raises(TracerWarningError, match="Python integer"):
+        wrap(FromData())(torch.randn(3, 4), torch.tensor([0, 4, 1]))
+
+
+def test_a_refused_forward_leaves_buffers_and_attributes_as_they_were(wrap):
+    class Both(Counter):
+        def forward(self, x):
+            self.seen = x.shape[0]
+            return super().forward(x)
+
+    module = Both()
+    with pytest.raises(StateUpdateError, match="buffer 'count'"):
+        wrap(module)(torch.randn(3, 4))
+    assert module.count.item() == 0 and not hasattr(module, "seen")

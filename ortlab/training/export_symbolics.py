@@ -55,10 +55,10 @@ def _computed_ignore_index(previous, n_before):
     """A loss symbolic whose ignore_index may be a graph value: targets == it become IGNORED."""
 
     def symbolic(g, *args):
-        ignore_index = args[n_before]
-        if symbolic_helper._is_constant(ignore_index) or not symbolic_helper._is_value(ignore_index):
+        ignore_index, target = args[n_before], args[1]
+        if symbolic_helper._is_constant(ignore_index) or not symbolic_helper._is_value(ignore_index) \
+                or target.type().scalarType() not in ("Long", "Int"):  # class probabilities: torch's own way
             return previous(g, *args)
-        target = args[1]
         ignore = g.op("Cast", ignore_index, to_i=torch.onnx.TensorProtoDataType.INT64)
         target = g.op("Cast", target, to_i=torch.onnx.TensorProtoDataType.INT64)
         ignored = g.op("Constant", value_t=torch.tensor(IGNORED, dtype=torch.int64))

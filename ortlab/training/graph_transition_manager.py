@@ -1,10 +1,13 @@
 """Export a torch module to ONNX once per input schema, and prepare the graph for training.
 
-Mirrors orttraining/orttraining/python/training/ortmodule/_graph_transition_manager.py
-(seed 003): (1) a re-export check on the input schema, (2) the export itself, with every
-tensor leaf a graph input and every dimension dynamic, (3) the post-export processing, here
-one step: parameters and buffers become graph inputs, so that each run feeds torch's current
-values (ORT's `_post_export_processed_model` does the same through initializer-to-input).
+Mirrors orttraining/orttraining/python/training/ortmodule/_graph_transition_manager.py:
+(1) a re-export check on the input schema, (2) the export itself, with every tensor leaf a
+graph input and every dimension dynamic, with the symbolics of export_symbolics in place (as
+ORTModule exports with those of _custom_op_symbolic_registry.py), after one plain run of the
+forward that must leave the module's state as it was (unchanged_state), (3) the post-export
+processing: parameters and buffers become graph inputs, so that each run feeds torch's current
+values (ORT's `_post_export_processed_model` does the same through initializer-to-input), and
+each ortlab::NoGradient becomes an input fed with a detached copy (lower_no_gradient).
 """
 import contextlib
 import inspect
@@ -140,7 +143,8 @@ class StateUpdateError(ExportError):
 @contextlib.contextmanager
 def unchanged_state(module):
     """Run the block (one forward of `module`) and refuse if it wrote a buffer or a parameter
-    (in place, `self.count += 1`, or by assignment, `self.avg = ...`); the values are put back.
+    (in place, `self.count += 1`, or by assignment, `self.avg = ...`) or changed a plain Python
+    attribute (`self.steps += 1`); what it changed is put back first.
 
     The exported graph reads each buffer as an input and returns only the module's outputs, so an
     update made in forward is done by the export's trace and never again: ORTModule 1.19.2 trains
@@ -153,22 +157,30 @@ def unchanged_state(module):
     after = dict(_state(module))
     changed = [n for n, (t, version, value) in before.items()
                if after.get(n) is not t or t._version != version or not _same(t, value)]
-    if not changed:
-        _check_attributes(module, attributes)
-        return
-    for name, (tensor, _, value) in before.items():
-        _put_back(module, name, tensor, value)
-    kinds = {n: "parameter" if n in dict(module.named_parameters()) else "buffer" for n in changed}
-    listed = ", ".join(f"{kinds[n]} {n!r}" for n in changed)
-    raise StateUpdateError(
-        f"the module's forward updates its {listed}: the exported graph reads it as an input and "
-        "cannot write it back, so ORT would train with it frozen after the export's update (ORTModule "
-        "does so silently: a step counter stays at 1, running statistics at their first update). "
-        "Update it outside forward (e.g. in the training loop, under torch.no_grad()), or run the "
-        "module in plain PyTorch")
+    if changed:
+        for name, (tensor, _, value) in before.items():
+            _put_back(module, name, tensor, value)
+    changed_attributes = _undo_attributes(module, attributes)
+    if changed:
+        kinds = {n: "parameter" if n in dict(module.named_parameters()) else "buffer" for n in changed}
+        listed = ", ".join(f"{kinds[n]} {n!r}" for n in changed)
+        raise StateUpdateError(
+            f"the module's forward updates its {listed}: the exported graph reads it as an input and "
+            "cannot write it back, so ORT would train with it frozen after the export's update (ORTModule "
+            "does so silently: a step counter stays at 1, running statistics at their first update). "
+            "Update it outside forward (e.g. in the training loop, under torch.no_grad()), or run the "
+            "module in plain PyTorch")
+    if changed_attributes:
+        raise StateUpdateError(
+            f"the module's forward changes its Python attribute(s) {', '.join(changed_attributes)}: the "
+            "exported graph runs none of the module's Python code, so the change would happen at the "
+            "export only, never at the later steps PyTorch would make it (ORTModule does so silently: a "
+            "counter reads 1 after any number of steps). Keep such state outside forward (e.g. count "
+            "steps in the training loop), or run the module in plain PyTorch")
 
 
 PLAIN = (type(None), bool, int, float, str)
+_MISSING = object()
 
 
 def _plain_attributes(module, skip=None):
@@ -182,29 +194,19 @@ def _plain_attributes(module, skip=None):
             for key, value in vars(sub).items() if isinstance(value, PLAIN)}, skip
 
 
-def _check_attributes(module, before):
-    """Refuse (and undo) a forward that changed a plain Python attribute (`self.steps += 1`): the
-    graph runs none of the module's Python, so it would change at the export only (ORTModule
-    1.19.2 does that silently: a counter reads 1 after any number of steps)."""
+def _undo_attributes(module, before):
+    """Put back the plain Python attributes a forward changed, added or removed (`self.steps += 1`);
+    returns their names ('sub.attribute')."""
     (before, skip), (after, _) = before, _plain_attributes(module, before[1])
     changed = sorted(k for k in set(before) | set(after) if before.get(k, _MISSING) != after.get(k, _MISSING))
-    if not changed:
-        return
     for path, key in changed:
         owner = module.get_submodule(path)
         if (path, key) in before:
             setattr(owner, key, before[path, key])
         else:
             delattr(owner, key)
-    listed = ", ".join(f"{path + '.' if path else ''}{key}" for path, key in changed)
-    raise StateUpdateError(
-        f"the module's forward changes its Python attribute(s) {listed}: the exported graph runs none "
-        "of the module's Python code, so the change would happen at the export only, never at the "
-        "later steps PyTorch would make it (ORTModule does so silently). Keep such state outside "
-        "forward (e.g. count steps in the training loop), or run the module in plain PyTorch")
+    return [f"{path + '.' if path else ''}{key}" for path, key in changed]
 
-
-_MISSING = object()
 
 
 def _state(module):

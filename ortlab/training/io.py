@@ -1,7 +1,7 @@
 """Inputs and outputs of any nesting, flattened for ONNX and restored for torch.
 
 Mirrors orttraining/orttraining/python/training/ortmodule/_io.py (the input/output schema,
-`_extract_schema`, flatten and unflatten) as reworked by seed 003's GraphTransitionManager:
+`_extract_schema`, flatten and unflatten) as ORT's GraphTransitionManager reworked it:
 an ONNX graph takes a flat list of tensors, a torch module takes any tree of tuples, lists,
 dicts, None and non-tensor values. `torch.utils._pytree` does the walking both ways.
 

@@ -4,7 +4,7 @@ Mirrors orttraining/orttraining/python/training/ortmodule/ortmodule.py and the m
 it (_graph_execution_manager.py, _training_manager.py, _inference_manager.py):
 
 1. flatten the call's inputs and check their schema; export again only when it changed
-   (GraphTransitionManager, seed 003);
+   (GraphTransitionManager);
 2. build the gradient graph of the export (ORT's C++ GradientGraphBuilder by default, or
    ortlab.gradients) and split it into a forward and a backward model (TrainingManager);
 3. run the forward in ORT inside a torch.autograd.Function, whose backward runs the backward
