@@ -230,8 +230,16 @@ from ortlab.labs import lab03, checks
 right = [("Sigmoid", ["I(0)"], ["sig"]), ("Mul", ["GO(0)", "sig"], ["GI(0)"])]
 attempts = [right[1:], [right[0], ("Mul", ["GO(0)", "sig"], ["GI(1)"])], [("Sigmoid", ["I(0)"], ["GI(0)"])],
             right, right, [("Sigmoid", ["I(0)"], ["s"]), ("Mul", ["GO(0)", "s"], ["GI(0)"])]]
-verdicts = [str(checks.evaluate("ort_definition", lab03.ort_definition_test(lambda d=d: d)))
-            for d in attempts]
+from ortlab.labs.remote import LocalRemote
+
+
+def verdict(d):
+    with checks.judging(LocalRemote()) as results:  # the result, not displayed
+        lab03.check_ort_definition(lambda: d)
+    return str(results[0])
+
+
+verdicts = [verdict(d) for d in attempts]
 losses = [lab03.train_softplus_mlp(True, steps=5), lab03.train_softplus_mlp(False, steps=5)]
 print(json.dumps({"verdicts": verdicts, "losses": losses}))
 """
@@ -258,16 +266,12 @@ def test_lab03_ort_definition_checked_before_registration_then_trains_in_ortmodu
 # --- lab02: graph transformers -------------------------------------------------------------------
 
 def _lab02_result(check, cls):
-    from ortlab.labs.checks import evaluate
-    captured = {}
-    import ortlab.labs.lab02 as lab02
-    original = lab02.check
-    lab02.check = lambda exercise, test: captured.setdefault("r", evaluate(exercise, test))
-    try:
+    from ortlab.labs import checks
+    from ortlab.labs.remote import LocalRemote
+
+    with checks.judging(LocalRemote()) as results:  # the result, not displayed
         check(cls)
-    finally:
-        lab02.check = original
-    return captured["r"]
+    return results[0]
 
 
 def test_lab02_checks_pass_good_fail_unsafe_and_report_unfinished():

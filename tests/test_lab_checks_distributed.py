@@ -7,6 +7,7 @@ import torch
 import torch.distributed as dist
 
 from ortlab.labs import lab07
+from ortlab.labs.judges import lab07 as judge07
 
 
 # --- right answers ---------------------------------------------------------------------------------
@@ -143,9 +144,9 @@ JOBS = {
 @pytest.fixture(scope="module")
 def verdicts():
     """Three jobs: the sets that run through share one; each set that stops a job has its own."""
-    found = dict(zip(["right", "b", "c", "d"], lab07.run_many([JOBS[k] for k in ("right", "b", "c", "d")])))
-    found["raise"] = lab07.run_checks(**JOBS["raise"])
-    found["avg"] = lab07.run_checks(**JOBS["avg"])
+    found = dict(zip(["right", "b", "c", "d"], judge07.run_many([JOBS[k] for k in ("right", "b", "c", "d")])))
+    found["raise"] = judge07.run_checks(**JOBS["raise"])
+    found["avg"] = judge07.run_checks(**JOBS["avg"])
     return found
 
 
@@ -193,7 +194,7 @@ def test_gloo_has_no_avg_and_the_feedback_says_sum_then_divide(verdicts):
 
 
 def test_both_ranks_sending_first_hangs_and_the_feedback_asks_about_the_order():
-    result = lab07.run_checks(ring_all_reduce=ring_both_send_first, timeout=20)["ring_all_reduce"]
+    result = judge07.run_checks(ring_all_reduce=ring_both_send_first, timeout=20)["ring_all_reduce"]
     assert result.status == "fail", result
     assert "did not finish ring_all_reduce within 20 s" in result.message
     assert "same collectives in the same order" in result.message
@@ -246,8 +247,8 @@ def test_job_source_bad_input(kwargs, words):
 
 def test_run_checks_bad_input_and_stubs_need_no_launch(tmp_path):
     with pytest.raises(lab07.Lab07Error, match="as keywords"):
-        lab07.run_checks(ring=ring_right)
-    results = lab07.run_checks(ring_all_reduce=uses_list, zero1_step="x")
+        judge07.run_checks(ring=ring_right)
+    results = judge07.run_checks(ring_all_reduce=uses_list, zero1_step="x")
     assert results["ring_all_reduce"].status == "fail" and "SCALES" in results["ring_all_reduce"].message
     assert results["zero1_step"].status == "fail" and "must be a function" in results["zero1_step"].message
     (tmp_path / "lab07_job.py").write_text("mine")
@@ -297,4 +298,4 @@ def test_job_script_and_torchrun_commands_bad_input(tmp_path):
     with pytest.raises(lab07.Lab07Error, match="does not divide over 3 ranks"):
         lab07.micro_batch(0, 0, 3)
     with pytest.raises(lab07.Lab07Error, match="list of"):
-        lab07.run_many("ring")
+        judge07.run_many("ring")

@@ -4,6 +4,7 @@ notebook itself runs under nbval and is graded by tests/test_labs.py."""
 import pytest
 
 from ortlab.labs import lab09
+from ortlab.labs.judges import lab09 as judge09
 
 
 def verdict(capsys, run):
@@ -49,7 +50,7 @@ def good_better_planner(tensors):
 
 
 def ort_best_fit(events):
-    return lab09.reference_best_fit(events)
+    return judge09.reference_best_fit(events)
 
 
 def first_fit(events):
@@ -83,8 +84,8 @@ def test_right_answers_pass(capsys):
 def test_the_predicted_block_is_orts_logged_request_on_every_case():
     """Independent of ortlab's planner: lifetimes written here and ORT's best fit give, for every graded
     case, the block ORT 1.19.2's own log shows."""
-    for name in lab09.SEEN + lab09.HIDDEN:
-        assert lab09.predicted_block(name, good_lifetimes, ort_best_fit) == lab09.ort_block(name), name
+    for name in lab09.SEEN + judge09.HIDDEN:
+        assert judge09.predicted_block(name, good_lifetimes, ort_best_fit) == lab09.ort_block(name), name
 
 
 def shifted(field, change):
@@ -130,8 +131,8 @@ def test_a_wrong_prediction_names_a_case_the_notebook_does_not_show(capsys):
 
 def orts_own_offsets(tensors):
     """ORT's placement of the case these tensors come from (valid, and never better than ORT)."""
-    for name in lab09.SEEN + lab09.HIDDEN:
-        c = lab09.case(name)
+    for name in lab09.SEEN + judge09.HIDDEN:
+        c = judge09.case(name)
         if lab09.pattern_tensors(c) == list(tensors):
             return {t.name: c.plan.value(t.name).offset for t in tensors}
     raise AssertionError("tensors of no known case")

@@ -6,6 +6,7 @@ import pytest
 
 from ortlab import profiling
 from ortlab.labs import lab06
+from ortlab.labs.judges import lab06 as judge06
 from ortlab.profiling import Profile
 
 
@@ -50,7 +51,7 @@ def test_lab06_op_type_totals(capsys, profiles, answer, words):
 
 def test_lab06_step_times(capsys, profiles):
     profile = profiles[1]
-    right = lambda p: lab06.reference_step_times(p)
+    right = lambda p: judge06.reference_step_times(p)
     per_run = lambda p: [dur / 1e3 for _, _, dur in p.runs]  # every run counted as a step
     forward_only = lambda p: [p.runs[k][2] / 1e3 for k in range(0, len(p.runs), 2)]
     assert "[PASS]" in verdict(capsys, lambda: lab06.check_step_times(right, profile))
@@ -60,7 +61,7 @@ def test_lab06_step_times(capsys, profiles):
 
 def test_lab06_step_times_reference_on_a_hand_made_profile():
     profile = Profile("p", [], runs=[("f0", 0, 100), ("b0", 150, 350), ("f1", 1000, 100), ("b1", 1100, 400)])
-    assert lab06.reference_step_times(profile) == [0.5, 0.5]
+    assert judge06.reference_step_times(profile) == [0.5, 0.5]
 
 
 def test_lab06_layer_ops(capsys, profiles):
@@ -69,7 +70,7 @@ def test_lab06_layer_ops(capsys, profiles):
     everything = lambda a, b: sorted(_calls(b))
     assert "[PASS]" in verdict(capsys, lambda: lab06.check_layer_ops(grows, one, two))
     assert "wrongly in or out" in verdict(capsys, lambda: lab06.check_layer_ops(everything, one, two))
-    expected = lab06.reference_layer_ops(one, two)
+    expected = judge06.reference_layer_ops(one, two)
     assert {"LayerNormalization", "FusedMatMul"} <= set(expected) and "SoftmaxCrossEntropyLossInternal" not in expected
 
 

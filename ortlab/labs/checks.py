@@ -2,8 +2,8 @@
 
 A check never raises: it displays one line (pass, fail and why, or not done)
 and carries the same result as JSON under CHECK_MIME. The grader (ortlab.labs.grade)
-runs its own copy of each check cell inside `grading(token)` and accepts only results
-carrying that token, so a result a learner's cell displays itself counts for nothing.
+never reads what a notebook displays: it runs each check (`judge`) in its own process,
+reaching the learner's code only through ortlab.labs.remote, which carries data.
 """
 import contextlib
 import json
@@ -42,55 +42,41 @@ class CheckResult:
         return cls(data["exercise"], data["status"], data.get("message", ""))
 
 
-_GRADING = []  # the token of the grader's check cell being run, if any
-
-
-def replaced_checks():
-    """Names of ortlab.labs functions (module functions and methods) that a notebook replaced with
-    code of its own (a function defined in a notebook cell: module '__main__', or an IPython cell file)."""
-    import sys
-
-    found = []
-
-    def foreign(value):
-        fn = getattr(value, "__func__", value)
-        code = getattr(fn, "__code__", None)
-        if code is None:
-            return False
-        where = code.co_filename
-        return (getattr(fn, "__module__", None) == "__main__" or "ipykernel_" in where
-                or where.startswith("<ipython-input"))
-
-    for name, module in list(sys.modules.items()):
-        if name != "ortlab.labs" and not name.startswith("ortlab.labs."):
-            continue
-        for attr, value in list(vars(module).items()):
-            if foreign(value):
-                found.append(f"{name}.{attr}")
-            elif isinstance(value, type) and value.__module__ == name:
-                found += [f"{name}.{attr}.{m}" for m, v in list(vars(value).items()) if foreign(v)]
-    return found
+_JUDGING = []  # (remote, results) while the grader runs a reference's check cell (ortlab.labs.grade)
 
 
 @contextlib.contextmanager
-def grading(token):
-    """While the grader runs a check cell: every result shown carries `token` (ortlab.labs.grade).
-
-    When the notebook replaced ortlab's checks with code of its own, nothing is tagged: the grader
-    gets a note naming what was replaced instead (and fails the exercise)."""
-    replaced = replaced_checks()
-    if replaced:
-        from IPython.display import display
-
-        display({CHECK_MIME: {"token": str(token), "replaced": replaced},
-                 "text/plain": f"ortlab's checks were replaced: {', '.join(replaced)}"}, raw=True)
-        yield
-        return
-    _GRADING.append(str(token))
+def judging(remote):
+    """While the grader runs a reference's check cell in its own process: every check asks the learner's
+    kernel through `remote` for data, and its result is appended to the list this yields (not shown)."""
+    results = []
+    _JUDGING.append((remote, results))
     try:
-        yield
+        yield results
     finally:
-        _GRADING.pop()
+        _JUDGING.pop()
+
+
+def judge(exercise, test, *args):
+    """Check an exercise with `test(remote, *args)`, run where the learner's code cannot reach it.
+
+    `test` is a function, or "labNN.name" for ortlab.labs.judges.labNN.name (imported only now, so that
+    a lab module never holds its reference maths). It gets the learner's objects (remote.Learner) among
+    `args` and reaches them only through `remote.call(probe, ...)`, which carries data both ways. In a
+    notebook it runs here and the result is displayed; under the grader it runs in the grader's process.
+    """
+    if isinstance(test, str):
+        import importlib
+
+        module, name = test.rsplit(".", 1)
+        test = getattr(importlib.import_module(f"ortlab.labs.judges.{module}"), name)
+    if _JUDGING:
+        remote, results = _JUDGING[-1]
+        results.append(evaluate(exercise, lambda: test(remote, *args)))
+        return
+    from ortlab.labs.remote import LocalRemote
+
+    _show(evaluate(exercise, lambda: test(LocalRemote(), *args)))
 
 
 def _show(result):
@@ -100,12 +86,7 @@ def _show(result):
     except ImportError:  # pragma: no cover - IPython is a dependency
         get_ipython = None
     if get_ipython is not None and get_ipython() is not None:
-        if _GRADING:
-            bundle = result._repr_mimebundle_()
-            bundle[CHECK_MIME] = dict(bundle[CHECK_MIME], token=_GRADING[-1])
-            display(bundle, raw=True)
-        else:
-            display(result)
+        display(result)
     else:
         print(result)
 
@@ -195,28 +176,39 @@ def call_learner(fn, *args, what):
         raise CheckFailed(f"{what} raised {_short(exc)[:160]}") from None
 
 
+def _function_test(remote, fn, reference, cases, rtol, atol):
+    from ortlab.labs.remote import call
+
+    for case in cases:
+        args = case if isinstance(case, tuple) else (case,)
+        shown = ", ".join(describe(a) for a in args)
+        try:
+            got = remote.call(call, fn, *args)
+        except (NotImplementedError, CheckFailed):
+            raise
+        except Exception as exc:
+            raise CheckFailed(f"for inputs ({shown}) your code raised {_short(exc)}") from None
+        reason = compare(got, reference(*args), rtol, atol)
+        if reason:
+            return f"for inputs ({shown}), {reason}"
+    return None
+
+
 def check_function(exercise, fn, reference, cases, rtol=1e-5, atol=1e-6):
     """Call `fn(*case)` and `reference(*case)` for each case and compare the results.
 
     A failure names the inputs it happened at, e.g.
     "for inputs (float32[2, 3]): wrong shape: expected (2, 3), got (3, 2)".
     """
-    def test():
-        for case in cases:
-            args = case if isinstance(case, tuple) else (case,)
-            shown = ", ".join(describe(a) for a in args)
-            try:
-                got = fn(*args)
-            except (NotImplementedError, CheckFailed):
-                raise
-            except Exception as exc:
-                raise CheckFailed(f"for inputs ({shown}) your code raised {_short(exc)}") from None
-            reason = compare(got, reference(*args), rtol, atol)
-            if reason:
-                return f"for inputs ({shown}), {reason}"
-        return None
+    from ortlab.labs.remote import learner
 
-    check(exercise, test)
+    judge(exercise, _function_test, learner(fn), reference, cases, rtol, atol)
+
+
+def _value_test(remote, get, expected, rtol, atol):
+    from ortlab.labs.remote import learner, value
+
+    return compare(remote.call(value, learner(get())), expected, rtol, atol, "your answer")
 
 
 def check_value(exercise, get, expected, rtol=1e-5, atol=1e-6):
@@ -225,4 +217,4 @@ def check_value(exercise, get, expected, rtol=1e-5, atol=1e-6):
     `get` is a zero-argument callable (e.g. `lambda: answer`) so that a missing
     or unfinished answer is reported as such rather than raising in the cell.
     """
-    check(exercise, lambda: compare(get(), expected, rtol, atol, "your answer"))
+    judge(exercise, _value_test, get, expected, rtol, atol)

@@ -7,11 +7,13 @@ What decides pass or fail is not what the learner's notebook displays, nor its m
   solution notebook itself, its own '# BEGIN SOLUTION' markers;
 - each exercise's check cell is the reference's (the cell whose stored output is that
   exercise's check, else the first code cell after the exercise mentioning a check). The
-  grader runs the learner's cells in order but puts its own copy of each check cell in place
-  of the learner's (or after the exercise's cell when the learner deleted it);
-- a result counts only when it comes out of a cell the grader ran, carrying a token that the
-  grader made up for that cell (checks.grading); a CheckResult a learner's cell displays is
-  ignored.
+  grader runs the learner's cells in order in a kernel, and runs the reference's check cell
+  in place of the learner's (or after the exercise's cell when the learner deleted it);
+- a check runs in the grader's own process, never in the kernel: it asks the kernel to run the
+  learner's code on inputs it chooses and gets back outputs as data (ortlab.labs.remote), and
+  decides from that data. Nothing the learner's code does in its kernel (displaying results,
+  wrapping `display`, replacing a check or its runner) reaches the verdict; a result a notebook
+  displays is never read.
 
 The learner's notebook is copied into a temporary folder, which is the kernel's working folder,
 so a cell that writes, overwrites or deletes files beside the notebook touches only the copy.
@@ -31,7 +33,9 @@ import nbformat
 
 from ortlab.errors import OrtlabError
 from ortlab.labs.build import BEGIN, marker_ids, stub_pattern, strip_solution
+from ortlab.labs import checks, remote
 from ortlab.labs.checks import CHECK_MIME, CheckResult
+from ortlab.labs.remote import Learner
 
 DEFAULT_TIMEOUT = 600
 REPO = Path(__file__).resolve().parents[2]  # the checkout holding ortlab/ and solutions/
@@ -159,19 +163,8 @@ def _kernel_name(nb):
     return wanted if wanted in KernelSpecManager().find_kernel_specs() else "python3"
 
 
-# The check runs in a copy of the notebook's namespace in which the names the reference imports
-# from ortlab (lab01, check_value, ...) are ortlab's own again, whatever the notebook rebound them to.
-GRADER_CELL = """\
-from ortlab.labs import checks as _ortlab_grader
-with _ortlab_grader.grading({token!r}):
-    _ortlab_namespace = dict(get_ipython().user_ns)
-    exec({imports!r}, _ortlab_namespace)
-    exec(compile({source!r}, {label!r}, "exec"), _ortlab_namespace)
-"""
-
-
-def ortlab_imports(reference):
-    """The import statements of ortlab modules in the reference's code cells, as one source."""
+def reference_imports(reference):
+    """The import statements in the reference's code cells (the grader runs them to read its checks)."""
     import ast
 
     lines = []
@@ -182,25 +175,45 @@ def ortlab_imports(reference):
             tree = ast.parse(cell.source)
         except SyntaxError:  # IPython magics
             continue
-        for node in tree.body:
-            if isinstance(node, ast.Import) and all(a.name.split(".")[0] == "ortlab" for a in node.names) \
-                    or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ortlab":
-                lines.append(ast.unparse(node))
-    return "\n".join(dict.fromkeys(lines))
+        lines += [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    return list(dict.fromkeys(lines))
+
+
+def check_namespace(imports, source):
+    """The namespace the grader runs a reference check cell in, in its own process: the reference's
+    imports, and each other name the cell reads as a remote.Learner (the learner's object of that name,
+    which only the kernel holds)."""
+    import ast
+    import builtins
+
+    namespace = {}
+    for line in imports:
+        try:
+            exec(line, namespace)
+        except Exception:  # an import the grader's process lacks: the check says so when it needs it
+            pass
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in namespace \
+                and not hasattr(builtins, node.id):
+            namespace[node.id] = Learner(name=node.id)
+    return namespace
 
 
 @dataclass
 class Step:
-    """One cell the grader runs: a learner's cell (index in their notebook) or a grader's check."""
+    """One thing the grader does: run a learner's cell (index in their notebook) in the kernel, or run the
+    reference's check of `exercises` in the grader's own process (source: the reference's check cell)."""
 
-    cell: object
+    cell: object = None
     learner_index: int = None
     exercises: tuple = ()
-    token: str = None
+    source: str = None
+    results: dict = field(default_factory=dict)
+    error: tuple = None  # (ename, message) when the check itself could not run
 
 
-def plan(nb, exercises, imports=""):
-    """The cells to run, in order: the learner's, with the grader's checks in place of theirs."""
+def plan(nb, exercises):
+    """The steps, in order: the learner's cells, with the grader's checks in place of theirs."""
     keys = [_key(cell, i) for i, cell in enumerate(nb.cells)]
     by_check = {}
     for exercise in exercises:
@@ -209,11 +222,7 @@ def plan(nb, exercises, imports=""):
     steps, placed = [], set()
 
     def grader_step(group):
-        token = secrets.token_hex(16)
-        ids = tuple(e.id for e in group)
-        label = f"<the grader's check of exercise {', '.join(repr(i) for i in ids)}>"
-        source = GRADER_CELL.format(token=token, source=group[0].check_source, label=label, imports=imports)
-        return Step(nbformat.v4.new_code_cell(source), exercises=ids, token=token)
+        return Step(exercises=tuple(e.id for e in group), source=group[0].check_source)
 
     for index, (cell, key) in enumerate(zip(nb.cells, keys)):
         if key in by_check and key not in placed:
@@ -229,6 +238,65 @@ def plan(nb, exercises, imports=""):
                 missing.remove(exercise)
     steps += [grader_step([e]) for e in missing]  # neither the check nor the exercise is left
     return steps
+
+
+class _Stopped(BaseException):
+    """The kernel timed out or died while a check waited for it (no check may catch this)."""
+
+    def __init__(self, error):
+        super().__init__(str(error))
+        self.error = error
+
+
+class KernelRemote:
+    """A check's way to the learner's kernel while grading: each call runs one probe there, in a cell of
+    its own, and reads back the one reply carrying that cell's token (data only: ortlab.labs.remote)."""
+
+    def __init__(self, client, run_nb, deadline):
+        self.client, self.run_nb, self.deadline = client, run_nb, deadline
+
+    def call(self, fn, *args):
+        from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+        token = secrets.token_hex(16)
+        source = (f"__import__('ortlab.labs.remote', fromlist=['serve']).serve("
+                  f"{remote.request(remote.name_of(fn), args)!r}, {token!r})")
+        cell = nbformat.v4.new_code_cell(source)
+        self.run_nb.cells.append(cell)
+        remaining = self.deadline - time.monotonic()
+        try:
+            if remaining <= 0:
+                raise CellTimeoutError("time is up")
+            self.client.timeout = max(1, int(remaining))
+            self.client.execute_cell(cell, len(self.run_nb.cells) - 1)
+        except (CellTimeoutError, DeadKernelError) as exc:
+            raise _Stopped(exc) from None
+        replies = [o["data"][remote.RESULT_MIME] for o in cell.get("outputs", [])
+                   if remote.RESULT_MIME in o.get("data", {})]
+        replies = [r for r in replies if isinstance(r, dict) and r.get("token") == token]
+        if len(replies) == 1:
+            return remote.answer(replies[0].get("reply"))
+        error = _errors(cell)
+        if error:  # the request itself failed in the kernel (the notebook broke ortlab there)
+            raise remote.answer({"raised": {"type": error[0], "message": error[1]}}) from None
+        raise remote.RemoteError(f"the kernel sent {len(replies)} replies to one request")
+
+
+def run_check(step, imports, kernel):
+    """Run the reference's check cell of `step` in this process; its results go to step.results."""
+    label = f"<the grader's check of exercise {', '.join(repr(i) for i in step.exercises)}>"
+    try:
+        namespace = check_namespace(imports, step.source)
+        with checks.judging(kernel) as results:
+            exec(compile(step.source, label, "exec"), namespace)
+    except _Stopped:
+        raise
+    except Exception as exc:  # the check cell itself failed (e.g. it is not a call of ortlab's checks)
+        step.error = (type(exc).__name__, (str(exc).strip().splitlines() or [""])[0])
+        return
+    for result in results:
+        if result.exercise in step.exercises and result.exercise not in step.results:
+            step.results[result.exercise] = result
 
 
 def _where(step, nb):
@@ -248,27 +316,35 @@ def _kernel_env():
     return env
 
 
-def execute(steps, nb, scratch, timeout):
-    """Run the steps' cells in a fresh kernel whose working folder is `scratch`; a problem or None."""
+def execute(steps, nb, scratch, timeout, imports=()):
+    """Run the steps: the learner's cells in a fresh kernel whose working folder is `scratch`, the checks
+    in this process (asking the kernel for data). Returns a problem, or None."""
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     run_nb = nbformat.v4.new_notebook(metadata=nb.metadata)
-    run_nb.cells = [step.cell for step in steps]
     client = NotebookClient(run_nb, kernel_name=_kernel_name(nb), allow_errors=True,
                             resources={"metadata": {"path": str(scratch)}})
     deadline = time.monotonic() + timeout
+    kernel = KernelRemote(client, run_nb, deadline)
     step = None
     try:
         # The kernel's own stderr (shutdown noise after a time-out) goes to a scratch file.
         with tempfile.TemporaryFile() as kernel_log, \
                 client.setup_kernel(stderr=kernel_log, env=_kernel_env(), cwd=str(scratch)):
-            for index, step in enumerate(steps):
+            for step in steps:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise CellTimeoutError("time is up")
+                if step.cell is None:
+                    try:
+                        run_check(step, imports, kernel)
+                    except _Stopped as stopped:
+                        raise stopped.error from None
+                    continue
+                run_nb.cells.append(step.cell)
                 client.timeout = max(1, int(remaining))
-                client.execute_cell(step.cell, index)
+                client.execute_cell(step.cell, len(run_nb.cells) - 1)
     except CellTimeoutError:
         return f"stopped {_where(step, nb)}: the lab ran past its time limit of {timeout:g} s"
     except DeadKernelError:
@@ -287,34 +363,6 @@ def _errors(cell):
             value = re.sub(r"\((?:[^()]*\.py|<[^>]*>), line (\d+)\)", r"(line \1)", value[0] if value else "")
             return output.get("ename", "Error"), value
     return None
-
-
-class Replaced(CheckResult):
-    """The verdict on an exercise whose check the notebook tampered with: a failure, whatever else."""
-
-
-def _results(step):
-    """The CheckResults a grader's check cell produced, keyed by exercise (token checked)."""
-    found = {}
-    for output in step.cell.get("outputs", []):
-        data = output.get("data", {})
-        if CHECK_MIME not in data:
-            continue
-        raw = data[CHECK_MIME]
-        try:
-            raw = raw if isinstance(raw, dict) else json.loads(raw)
-            if raw.get("token") == step.token and raw.get("replaced"):
-                names = ", ".join(str(n) for n in raw["replaced"][:3])
-                return {e: Replaced(e, "fail", f"the notebook replaced ortlab's checks ({names}) with "
-                                               "code of its own; the grade counts only ortlab's checks")
-                        for e in step.exercises}
-            result = CheckResult.from_json(raw)
-        except Exception:
-            continue
-        if raw.get("token") == step.token and result.exercise in step.exercises \
-                and result.status in ("pass", "fail", "not done"):
-            found[result.exercise] = result
-    return found
 
 
 STUB_ERROR = re.compile(r"exercise '[^']*' is not done yet")
@@ -343,18 +391,17 @@ def grade(path, timeout=DEFAULT_TIMEOUT, solutions_dir=None):
     nb = load_lab(path)
     reference, where = find_reference(path, nb, solutions_dir)
     exercises = reference_exercises(reference, where)
-    steps = plan(nb, exercises, ortlab_imports(reference))
+    steps = plan(nb, exercises)
     with tempfile.TemporaryDirectory(prefix="ortlab-grade-") as scratch:
         shutil.copyfile(path, Path(scratch) / path.name)  # the learner's file is only read
-        problem = execute(steps, nb, scratch, timeout)
+        problem = execute(steps, nb, scratch, timeout, reference_imports(reference))
     found, check_errors = {}, {}
     for step in steps:
-        if step.token is not None:
-            found.update(_results(step))
-            error = _errors(step.cell)
+        if step.cell is None:
+            found.update(step.results)
             for exercise in step.exercises:
-                if error and exercise not in found:
-                    check_errors[exercise] = error
+                if step.error and exercise not in found:
+                    check_errors[exercise] = step.error
     keys = [_key(cell, i) for i, cell in enumerate(nb.cells)]
     learner_steps = {step.learner_index: step for step in steps if step.learner_index is not None}
     results = []
@@ -367,9 +414,7 @@ def grade(path, timeout=DEFAULT_TIMEOUT, solutions_dir=None):
         raised = [(i, e) for i in mine if i in learner_steps
                   and (e := _errors(learner_steps[i].cell)) and not _is_stub_error(e)]
         result = found.get(exercise.id)
-        if isinstance(result, Replaced):
-            result = CheckResult(result.exercise, result.status, result.message)
-        elif result is not None and result.status == "pass":
+        if result is not None and result.status == "pass":
             pass
         elif raised:
             i, (ename, value) = raised[0]

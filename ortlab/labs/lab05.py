@@ -9,6 +9,9 @@ Under Triton's interpreter (CPU) a load or store past the end of a tensor reads 
 process's own memory (glibc then aborts: "double free or corruption"). `bounds_checked()` checks
 every address a load or store touches against the tensors handed to the launch, before the access,
 so such a kernel fails its check with a message instead of killing the kernel.
+
+The learner's kernel runs here (probes `run_kernel`, `registered_facts`); its outputs are compared
+with ORT's GeluGrad by the checks in ortlab.labs.judges.lab05.
 """
 import contextlib
 
@@ -21,7 +24,8 @@ from ortlab.kernels import KERNELS, get_kernel, launch, op_test, register_kernel
 from ortlab.kernels.executor import to_device
 from ortlab.kernels.op_tester import OpTestFailure
 from ortlab.kernels.ops.gelu import GeluGrad
-from ortlab.labs.checks import CheckFailed, check, describe
+from ortlab.labs.checks import CheckFailed, describe, judge
+from ortlab.labs.remote import learner, probe
 
 BLOCK = 256
 SHAPES = [(1024,), (3, 64), (1000,), (2, 333)]
@@ -190,26 +194,6 @@ def kernel_problem(error, shape):
     return f"for shape {shape}: {outside}" if outside is not None else None
 
 
-def op_test_shapes():
-    """op_test the registered GeluGrad on SHAPES (loads and stores bounds-checked); None, or why it failed."""
-    for shape in SHAPES:
-        try:
-            with bounds_checked():
-                op_test("GeluGrad", inputs_for(shape), domain=MS)
-        except NotImplementedError:
-            raise
-        except Exception as error:  # Triton's interpreter wraps what the kernel raised
-            outside = kernel_problem(error, shape)
-            if outside is not None:
-                return outside
-            if not isinstance(error, OpTestFailure):
-                raise
-            failure = error
-            detail = str(failure).splitlines()[1].strip()
-            return f"for shape {shape}{where_it_fails(shape)}: {detail}"
-    return None
-
-
 def unwrap_not_implemented(error):
     """The NotImplementedError a lab stub raised inside a kernel, if that is what `error` is."""
     found = in_chain(error, NotImplementedError)
@@ -220,35 +204,57 @@ def unwrap_not_implemented(error):
     return None
 
 
-def with_kernel(kernel_cls, test):
-    """Run test() with kernel_cls registered for GeluGrad, then put back what was there."""
-    with KERNELS.using(("GeluGrad", MS), kernel_cls):
-        return test()
+@probe
+def kernel_facts(kernel_fn):
+    """Whether the learner's kernel is a Triton kernel (decorated with @triton.jit)."""
+    return {"jit": hasattr(kernel_fn, "fn") or hasattr(kernel_fn, "run")}
+
+
+@probe
+def run_kernel(kernel_fn, shape):
+    """What GeluGrad's compute returns on inputs_for(shape), loads and stores bounds-checked: with the
+    learner's kernel launched by the scaffold's class, or (kernel_fn None) with the registered class.
+    A str says where the kernel went out of bounds."""
+    cls = kernel_class_for(kernel_fn) if kernel_fn is not None else get_kernel("GeluGrad", MS)
+    shape = tuple(shape)
+    dy, x = (to_device(a) for a in inputs_for(shape))
+    try:
+        with bounds_checked():
+            return cls().compute(dy, x)
+    except NotImplementedError:
+        raise
+    except Exception as error:  # Triton's interpreter wraps what the kernel raised
+        outside = kernel_problem(error, shape)
+        if outside is not None:
+            return outside
+        raise
+
+
+@probe
+def registered_facts():
+    """The kernel class registered for com.microsoft:GeluGrad: whether it is still the built-in, the op
+    it declares, and what is wrong with its compute (compute_mistake), if anything."""
+    cls = get_kernel("GeluGrad", MS)
+    facts = {"builtin": cls is GeluGrad, "declares": op_name(cls.op_type, cls.domain),
+             "is_gelu_grad": op_key(cls.op_type, cls.domain) == ("GeluGrad", MS), "mistake": None}
+    if facts["builtin"] or not facts["is_gelu_grad"]:
+        return facts
+    try:
+        facts["mistake"] = compute_mistake(cls)
+    except CheckFailed as exc:
+        facts["mistake"] = str(exc)
+    return facts
 
 
 def check_gelu_grad(kernel_fn):
     """Exercise 'gelu_grad': kernel_fn(dy_ptr, x_ptr, dx_ptr, n, BLOCK) computes GeluGrad."""
-    def test():
-        if not hasattr(kernel_fn, "fn") and not hasattr(kernel_fn, "run"):
-            raise CheckFailed("gelu_grad_kernel must be decorated with @triton.jit")
-        return with_kernel(kernel_class_for(kernel_fn), op_test_shapes)
-
-    check("gelu_grad", test)
+    judge("gelu_grad", "lab05.gelu_grad", learner(kernel_fn))
 
 
 def check_registered():
     """Exercise 'register': the kernel registered for com.microsoft:GeluGrad is the learner's
     class (not the built-in) and passes op_test on every shape."""
-    def test():
-        cls = get_kernel("GeluGrad", MS)
-        if cls is GeluGrad:
-            raise CheckFailed("com.microsoft:GeluGrad is still ortlab's built-in kernel: decorate "
-                              "your class with @register_kernel(override=True)")
-        if op_key(cls.op_type, cls.domain) != ("GeluGrad", MS):
-            raise CheckFailed(f"your class declares {op_name(cls.op_type, cls.domain)}")
-        return compute_mistake(cls) or op_test_shapes()
-
-    check("register", test)
+    judge("register", "lab05.register")
 
 
 def compute_mistake(cls, shape=(1000,)):

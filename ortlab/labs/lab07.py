@@ -1,9 +1,10 @@
 """Checks for lab07_distributed_job: a ring all-reduce, data-parallel gradients and ZeRO-1, on 2 real ranks.
 
 The learner writes three pieces of a distributed training step in notebook cells; the checks run them on
-local ranks started by ortlab.distributed.launch (gloo, loopback only) and compare every rank with
-torch's own collective (dist.all_reduce) and with one process training on the whole batch (torch.optim's
-SGD and Adam), naming the rank, the parameter or chunk that differs, and by how much.
+local ranks started by ortlab.distributed.launch (gloo, loopback only), which record what each call did,
+and ortlab.labs.judges.lab07 compares every rank with the sum torch's own collective gives and with one
+process training on the whole batch (torch.optim's SGD and Adam), naming the rank, the parameter or chunk
+that differs, and by how much. The ranks compare nothing themselves.
 
 The spawn problem: each rank is a new process started with the spawn method, which finds a function by
 its module and name, and a notebook cell is no module. So the checks copy the source of your functions
@@ -30,7 +31,8 @@ import types
 
 from ortlab.errors import OrtlabError
 from ortlab.labs.build import BEGIN, END, stub_pattern
-from ortlab.labs.checks import CheckResult, _show
+from ortlab.labs.checks import judge
+from ortlab.labs.remote import learner, probe
 
 EXERCISES = ("ring_all_reduce", "average_gradients", "zero1_step")
 WORLD_SIZE = 2
@@ -367,271 +369,121 @@ class _Traffic:
             setattr(module, name, real)
 
 
-def _agree(reason):
-    """True on every rank when any rank found something wrong (all ranks then leave the exercise together,
-    so that no rank waits in a collective its peer will never call)."""
-    import torch
-    import torch.distributed as dist
-
-    flag = torch.tensor([1.0 if reason else 0.0])
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return flag.item() > 0
-
-
-def _chunk_of(index, numel, world_size):
-    bounds = [0]
-    for part in range(world_size):
-        bounds.append(bounds[-1] + numel // world_size + (1 if part < numel % world_size else 0))
-    chunk = next(c for c in range(world_size) if bounds[c] <= index < bounds[c + 1])
-    return chunk, bounds
-
-
-def _ring_reason(rank, world, n, original, got, want, traffic):
+def _save(folder, key, rank, items):
+    """Write what this rank recorded so far for `key` (set:exercise) where the caller finds it even when
+    a later step hangs or raises (the ranks never compare anything: ortlab.labs.judges.lab07 does)."""
     import torch
 
-    if traffic.collectives:
-        return (f"rank {rank}: ring_all_reduce called dist.{traffic.collectives[0]}: build the ring from "
-                "dist.send / dist.recv (or isend / irecv) only")
-    where = f"rank {rank}, tensor of {n} elements"
-    if torch.allclose(got, original) and not torch.allclose(want, original):
-        return (f"{where}: the tensor is unchanged: sum into it in place, as dist.all_reduce does "
-                "(tensor.copy_)")
-    if not torch.allclose(got, want, rtol=RTOL, atol=ATOL):
-        diff = (got - want).abs()
-        i = int(diff.argmax())
-        chunk, bounds = _chunk_of(i, n, world)
-        span = f"chunk {chunk} (elements {bounds[chunk]}..{bounds[chunk + 1] - 1})"
-        hint = ""
-        if torch.allclose(got, want / world, rtol=RTOL, atol=ATOL):
-            hint = ": it is the average; all-reduce SUM does not divide"
-        elif torch.allclose(got[bounds[chunk]:bounds[chunk + 1]], original[bounds[chunk]:bounds[chunk + 1]]):
-            hint = ": it holds only this rank's own values (never reduced, or never gathered)"
-        else:
-            for other in range(world):
-                a, b = bounds[other], bounds[other + 1]
-                if other != chunk and b - a == bounds[chunk + 1] - bounds[chunk] and torch.allclose(
-                        got[bounds[chunk]:bounds[chunk + 1]], want[a:b], rtol=RTOL, atol=ATOL):
-                    hint = f": it holds the sum of chunk {other}: the chunks are in the wrong order"
-                    break
-        return (f"{where}: {span} differs from torch's dist.all_reduce, largest difference "
-                f"{float(diff[i]):.3g} "
-                f"at element {i} (got {float(got[i]):.4g}, expected {float(want[i]):.4g}){hint}")
-    bound = 2 * (world - 1) * -(-n // world)
-    if len(traffic.sent) != 2 * (world - 1) or sum(traffic.sent) > bound:
-        return (f"{where}: the sum is right, but rank {rank} sent {len(traffic.sent)} message(s), "
-                f"{sum(traffic.sent)} elements in all; a ring sends 2(N-1) = {2 * (world - 1)} messages "
-                f"of one chunk (about n/N = {n / world:g} elements) each: N-1 reduce-scatter steps, then N-1 "
-                "all-gather "
-                "steps")
-    return None
+    path = os.path.join(folder, f"{key.replace(':', '-')}-rank{rank}.pt")
+    torch.save(items, path + ".tmp")
+    os.replace(path + ".tmp", path)
 
 
-def _check_ring(fn, rank, world, path):
-    """Exercise 'ring_all_reduce' on this rank: None or what is wrong."""
+def _record_ring(fn, rank, world, path, save):
+    """Exercise 'ring_all_reduce' on this rank: per size, the tensor after the call, what the call
+    returned, and the messages and collectives it sent."""
     import torch
-    import torch.distributed as dist
 
+    items = []
     for n in RING_SIZES:
-        inputs = [torch.randn(n, generator=torch.Generator().manual_seed(100 * n + r)) for r in range(world)]
-        tensor = inputs[rank].clone()
+        original = torch.randn(n, generator=torch.Generator().manual_seed(100 * n + rank))
+        tensor = original.clone()
         with _Traffic() as traffic:
             returned = _call(fn, "ring_all_reduce", path, tensor)
-        want = inputs[rank].clone()
-        dist.all_reduce(want)  # torch's own collective
-        assert torch.allclose(want, torch.stack(inputs).sum(0), atol=1e-5), "gloo's all_reduce != one process"
-        if isinstance(returned, torch.Tensor) and returned is not tensor \
-                and torch.equal(tensor, inputs[rank]):
-            reason = (f"rank {rank}: ring_all_reduce returned a new tensor and left its argument unchanged: "
-                      "sum into `tensor` in place (tensor.copy_(result)), as dist.all_reduce does")
-        else:
-            reason = _ring_reason(rank, world, n, inputs[rank], tensor, want, traffic)
-        if _agree(reason):
-            return reason
-    return None
+        items.append({"n": n, "got": tensor.detach().clone(), "sent": list(traffic.sent),
+                      "collectives": list(traffic.collectives),
+                      "returned_new": isinstance(returned, torch.Tensor) and returned is not tensor})
+        save(items)
 
 
-def _param_reason(rank, step, got, want, what, layout=None, world=None):
-    """The first parameter (or gradient) whose values differ from the one process, described."""
+def _record_average(fn, rank, world, path, save):
+    """Exercise 'average_gradients' on this rank: per SGD step, the gradients before and after the call
+    and the parameters after the step."""
     import torch
 
-    for name, g in got.items():
-        w = want[name].detach()
-        g = g.detach()
-        if torch.allclose(g, w, rtol=RTOL, atol=ATOL):
-            continue
-        diff = (g - w).abs()
-        where = ""
-        if layout is not None:
-            start = layout[name]
-            owner = (start + int(diff.argmax())) // shard_size(layout["numel"], world)
-            where = (f" (flat elements {start}..{start + g.numel() - 1}; the largest difference is in rank "
-                     f"{owner}'s shard)")
-        return (f"rank {rank}, step {step}: the {what} of '{name}'{where} differs from one process "
-                f"training on "
-                f"the whole batch, largest difference {float(diff.max()):.3g}")
-    return None
-
-
-def _gradient_reason(rank, world, step, model, local, want):
-    import torch
-
-    got = {}
-    for name, p in model.named_parameters():
-        if p.grad is None:
-            return f"rank {rank}, step {step}: the gradient of '{name}' is None after average_gradients"
-        got[name] = p.grad
-    for name in got:
-        if torch.allclose(got[name], want[name], rtol=RTOL, atol=ATOL):
-            continue
-        if torch.allclose(got[name], world * want[name], rtol=RTOL, atol=ATOL):
-            return (f"rank {rank}, step {step}: the gradient of '{name}' is {world}x the one-process one: "
-                    f"divide the SUM by the world size ({world}); gloo has no ReduceOp.AVG")
-        if torch.allclose(got[name], local[name]):
-            return (f"rank {rank}, step {step}: the gradient of '{name}' is still this rank's own "
-                    "micro-batch's: all-reduce it over the ranks")
-    return _param_reason(rank, step, got, want, "gradient")
-
-
-def _check_average(fn, rank, world, path):
-    """Exercise 'average_gradients': SGD steps with your averaging = one process on the whole batch."""
-    import torch
-
-    model, reference = make_model(), make_model()
+    model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=SGD_LR)
-    ref_optimizer = torch.optim.SGD(reference.parameters(), lr=SGD_LR)
+    items = []
     for step in range(STEPS):
         optimizer.zero_grad()
-        ref_optimizer.zero_grad()
         loss_fn(model, *micro_batch(step, rank, world)).backward()
-        local = {n: p.grad.clone() for n, p in model.named_parameters()}
-        loss_fn(reference, *global_batch(step)).backward()
+        local = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
         _call(fn, "average_gradients", path, model)
-        want = {n: p.grad for n, p in reference.named_parameters()}
-        reason = _gradient_reason(rank, world, step, model, local, want)
-        if _agree(reason):
-            return reason
+        after = {n: None if p.grad is None else p.grad.detach().clone() for n, p in model.named_parameters()}
+        item = {"local": local, "after": after, "params": None}
+        items.append(item)
+        if any(g is None for g in after.values()):
+            save(items)
+            return
         optimizer.step()
-        ref_optimizer.step()
-        reason = _param_reason(rank, step, dict(model.named_parameters()), dict(reference.named_parameters()),
-                               "parameters after the step")
-        if _agree(reason):
-            return reason
-    return None
+        item["params"] = {n: p.detach().clone() for n, p in model.named_parameters()}
+        save(items)
 
 
-def _zero_calls_reason(rank, world, step, numel, before, average):
-    """What is wrong with the adam_update calls of one ZeRO-1 step on this rank, or None."""
+def _record_zero(fn, rank, world, path, save):
+    """Exercise 'zero1_step' on this rank: per step, the flat buffer before and after the call, each
+    adam_update call (its shard's values before and its gradient) and the sizes of the state."""
     import torch
 
-    start, end = shard_range(numel, rank, world)
-    size = end - start
-    if not _ADAM_CALLS:
-        return (f"rank {rank}, step {step}: zero1_step never called lab07.adam_update: update your "
-                "shard with it")
-    total = sum(call[0].numel() for call in _ADAM_CALLS)
-    if total > size:
-        return (f"rank {rank}, step {step}: adam_update got {total} elements; under ZeRO-1 each rank "
-                f"updates only "
-                f"its shard ({size} elements, flat [{start}, {end})) and the all-gather brings the others")
-    values, grad = _ADAM_CALLS[0]
-    if values.numel() == size and not torch.equal(values, before[start:end]):
-        for other in range(world):
-            a, b = shard_range(numel, other, world)
-            if torch.equal(values, before[a:b]):
-                return (f"rank {rank}, step {step}: rank {rank} updated rank {other}'s shard "
-                        f"(flat [{a}, {b})); rank r owns flat [r*{size}, (r+1)*{size}), the chunk "
-                        "all_gather_into_tensor puts at r")
-    if values.numel() == size and torch.allclose(grad, world * average[start:end], rtol=RTOL, atol=ATOL) \
-            and not torch.allclose(grad, average[start:end], rtol=RTOL, atol=ATOL):
-        return (f"rank {rank}, step {step}: the gradient given to adam_update is {world}x the average: "
-                f"divide the "
-                f"SUM by the world size ({world}); Adam hides it in the parameters, not in its state")
-    return None
-
-
-def _state_reason(rank, step, state, size):
-    import torch
-
-    held = {k: v.numel() for k, v in state.items() if isinstance(v, torch.Tensor) and v.dim() > 0}
-    if any(n > size for n in held.values()):
-        key = max(held, key=held.get)
-        return (f"rank {rank}, step {step}: the optimizer state holds {held[key]} elements ('{key}'); "
-                f"ZeRO-1 keeps only this rank's shard's ({size})")
-    return None
-
-
-def _check_zero(fn, rank, world, path):
-    """Exercise 'zero1_step': ZeRO-1 steps with your code = torch's Adam on one process, whole batch."""
-    import torch
-
-    model, reference = make_model(), make_model()
-    ref_optimizer = torch.optim.Adam(reference.parameters(), lr=ADAM_LR)
+    model = make_model()
     layout, offset = {"numel": sum(p.numel() for p in model.parameters())}, 0
     for name, p in model.named_parameters():
         layout[name], offset = offset, offset + p.numel()
     flat = flatten(model.parameters(), world)
-    state = {}
+    state, items = {}, []
     for step in range(STEPS):
         with torch.no_grad():
             for name, p in model.named_parameters():
                 p.copy_(flat[layout[name]:layout[name] + p.numel()].view_as(p))
         model.zero_grad()
-        ref_optimizer.zero_grad()
         loss_fn(model, *micro_batch(step, rank, world)).backward()
-        loss_fn(reference, *global_batch(step)).backward()
         flat_grad = flatten([p.grad for p in model.parameters()], world)
-        average = flatten([p.grad for p in reference.parameters()], world)
         before = flat.clone()
         _ADAM_CALLS.clear()
         _call(fn, "zero1_step", path, flat, flat_grad, state)
-        reason = _zero_calls_reason(rank, world, step, layout["numel"], before, average) \
-            or _state_reason(rank, step, state, shard_size(layout["numel"], world))
-        if not reason:
-            ref_optimizer.step()
-            got = {n: flat[layout[n]:layout[n] + p.numel()].view_as(p)
-                   for n, p in reference.named_parameters()}
-            reason = _param_reason(rank, step, got, dict(reference.named_parameters()),
-                                   "parameters after the step", layout, world)
-        if _agree(reason):
-            return reason
-    return None
+        held = {k: v.numel() for k, v in state.items() if isinstance(v, torch.Tensor) and v.dim() > 0}
+        items.append({"before": before, "after": flat.detach().clone(), "calls": list(_ADAM_CALLS),
+                      "state": held, "layout": dict(layout)})
+        save(items)
 
 
-_GRADERS = {"ring_all_reduce": _check_ring, "average_gradients": _check_average, "zero1_step": _check_zero}
+_RECORDERS = {"ring_all_reduce": _record_ring, "average_gradients": _record_average,
+              "zero1_step": _record_zero}
 
 
 def grade_rank(rank, world_size, path, plan):
-    """A checking rank (run by ortlab.distributed.launch): import the job file and check, in order, each
-    set of `plan` (a list of {exercise: function name in the file}); print progress lines; return a list of
-    {exercise: None or what is wrong}, one per set."""
+    """A checking rank (run by ortlab.distributed.launch): import the job file and run, in order, each
+    set of `plan` (a list of {exercise: function name in the file}), saving what each call did beside
+    the job file and printing progress lines."""
     path = os.path.abspath(path)
+    folder = os.path.dirname(path)
     module = load_job(path)
-    results = []
     for index, names in enumerate(plan):
-        results.append({})
         for exercise in EXERCISES:
             if exercise in names:
-                _mark("start", f"{index}:{exercise}")
-                reason = _GRADERS[exercise](getattr(module, names[exercise]), rank, world_size, path)
-                results[-1][exercise] = reason
-                _mark("done", f"{index}:{exercise}", reason)
-    return results
+                key = f"{index}:{exercise}"
+                _mark("start", key)
+                _RECORDERS[exercise](getattr(module, names[exercise]), rank, world_size, path,
+                                     lambda items, key=key: _save(folder, key, rank, items))
+                _mark("done", key)
+    return None
 
 
 # --- the checks, on the caller's side --------------------------------------------------------------
 
 def _progress(output):
-    """(finished {(set, exercise): reason}, (set, exercise) started and not finished, or None)."""
-    done, current = {}, None
+    """(finished set:exercise keys, (set, exercise) started and not finished, or None)."""
+    done, current = set(), None
     for line in output.splitlines():
         if not line.startswith(MARK + " "):
             continue
-        _, kind, key, reason = line.split(" ", 3)
+        _, kind, key = line.split(" ", 3)[:3]
         index, exercise = key.split(":")
         if kind == "start":
             current = (int(index), exercise)
         else:
-            done[(int(index), exercise)], current = json.loads(reason), None
+            done.add((int(index), exercise))
+            current = None
     return done, current
 
 
@@ -665,38 +517,44 @@ def _stop_message(error, exercise, path, timeout):
     return "fail", f"the checking job failed: {first}"
 
 
-def _failure_results(error, todo, path, timeout):
-    """[{exercise: CheckResult}] for a job that stopped: what finished on every rank, the exercise it
-    stopped in, and 'not checked' for the rest."""
+def _stopped(error, todo, path, timeout):
+    """Where and why a job stopped: {"at": [set, exercise], "status", "message"}; "at" is None when the
+    ranks stopped before the first exercise."""
     outputs = error.outputs or [""]
     rank = error.rank if error.rank is not None else 0
     progress = [_progress(o) for o in outputs]
     stopped = progress[rank][1] if rank < len(progress) else None
-    results = []
-    for index, names in enumerate(todo):
-        results.append({})
-        for exercise in names:
-            key = (index, exercise)
-            if all(key in finished for finished, _ in progress):
-                bad = [reason for finished, _ in progress if (reason := finished[key])]
-                results[index][exercise] = CheckResult(exercise, "fail", bad[0]) if bad \
-                    else CheckResult(exercise, "pass")
     if stopped is None and not any(finished for finished, _ in progress):
         first = str(error).splitlines()[0]
         why = (f"the ranks did not reach the first check within {timeout:g} s (a busy machine? give a longer "
                "timeout)" if error.kind == "timeout"
                else f"the checking job failed before the first check: {first}")
-        return [{e: CheckResult(e, "fail", why) for e in names} for names in todo]
+        return {"at": None, "status": "fail", "message": why, "rank": rank}
     if stopped is None:  # failed between two exercises
-        stopped = next((i, e) for i, names in enumerate(todo) for e in names if e not in results[i])
-    index, exercise = stopped
-    if exercise in todo[index]:
-        results[index][exercise] = CheckResult(exercise, *_stop_message(error, exercise, path, timeout))
-    for i, names in enumerate(todo):
-        for e in names:
-            results[i].setdefault(e, CheckResult(e, "not done", f"not checked: the job stopped at {exercise} "
-                                                               f"on rank {rank}"))
-    return results
+        finished = set.intersection(*[f for f, _ in progress])
+        stopped = next(((i, e) for i, names in enumerate(todo) for e in names if (i, e) not in finished),
+                       None)
+        if stopped is None:
+            return {"at": None, "status": "fail", "message": f"the checking job failed: {str(error).splitlines()[0]}",
+                    "rank": rank}
+    status, message = _stop_message(error, stopped[1], path, timeout)
+    return {"at": list(stopped), "status": status, "message": message, "rank": rank}
+
+
+def _load_records(folder, todo, world_size):
+    """{[set, exercise]: [what each rank recorded]} of what the ranks saved (an exercise only when every
+    rank saved something for it)."""
+    import torch
+
+    found = []
+    for index, names in enumerate(todo):
+        for exercise in names:
+            ranks = []
+            for rank in range(world_size):
+                path = os.path.join(folder, f"{index}-{exercise}-rank{rank}.pt")
+                ranks.append(torch.load(path, weights_only=False) if os.path.exists(path) else [])
+            found.append([[index, exercise], ranks])
+    return found
 
 
 def _not_done(exercise, fn):
@@ -707,7 +565,7 @@ def _not_done(exercise, fn):
 
 
 def _screen(functions):
-    """({exercise: CheckResult} decided without running, {exercise: fn} to run) for one set."""
+    """({exercise: (status, message)} decided without running, {exercise: fn} to run) for one set."""
     unknown = sorted(set(functions) - set(EXERCISES))
     if unknown or not functions:
         raise Lab07Error(f"the checks take the exercises {', '.join(EXERCISES)} as keywords, got "
@@ -718,30 +576,31 @@ def _screen(functions):
             continue
         fn = functions[exercise]
         if not callable(fn):
-            decided[exercise] = CheckResult(exercise, "fail", f"{exercise} must be a function, got "
-                                                              f"{type(fn).__name__}")
+            decided[exercise] = ("fail", f"{exercise} must be a function, got {type(fn).__name__}")
         elif _not_done(exercise, fn):
-            decided[exercise] = CheckResult(exercise, "not done", "the exercise's stub is still in place")
+            decided[exercise] = ("not done", "the exercise's stub is still in place")
         else:
             try:
                 module_source([(exercise, fn)])
                 todo[exercise] = fn
             except Lab07Error as exc:
-                decided[exercise] = CheckResult(exercise, "fail", str(exc))
+                decided[exercise] = ("fail", str(exc))
     return decided, todo
 
 
-def run_many(sets, world_size=WORLD_SIZE, timeout=TIMEOUT):
-    """Check several sets of answers ({exercise: function}) in ONE job of `world_size` ranks, one set after
-    the other; return one {exercise: CheckResult} per set (EXERCISES order). A set whose function raises
-    or hangs stops the job: the sets after it are reported 'not checked'."""
+@probe
+def run_sets(sets, world_size=WORLD_SIZE, timeout=TIMEOUT):
+    """Run several sets of answers ({exercise: function}) in ONE job of `world_size` ranks, one set after
+    the other, and return what happened as data: {"decided": [{exercise: (status, message)}] (decided
+    without running: a stub, not a function), "records": [[set, exercise], [per rank: recorded items]],
+    "stop": where and why the job stopped, or None}. Nothing here says whether an answer is right."""
     from ortlab.distributed import LaunchError, launch
 
     if not isinstance(sets, (list, tuple)) or not all(isinstance(f, dict) for f in sets):
         raise Lab07Error("run_many takes a list of {exercise: function} dicts")
     screened = [_screen(functions) for functions in sets]
     todo = [names for _, names in screened]
-    results = [dict(decided) for decided, _ in screened]
+    reply = {"decided": [decided for decided, _ in screened], "records": [], "stop": None}
     if any(todo):
         folder = tempfile.mkdtemp(prefix="ortlab-lab07-")
         try:
@@ -749,51 +608,30 @@ def run_many(sets, world_size=WORLD_SIZE, timeout=TIMEOUT):
             path = _write_new(os.path.join(folder, "lab07_job.py"), module_source(everything))
             plan = [{e: fn.__name__ for e, fn in names.items()} for names in todo]
             try:
-                values = launch(grade_rank, world_size, args=(path, plan), timeout=timeout)
-                for index, names in enumerate(todo):
-                    for exercise in names:
-                        bad = [v[index][exercise] for v in values if v[index][exercise]]
-                        results[index][exercise] = CheckResult(exercise, "fail", bad[0]) if bad \
-                            else CheckResult(exercise, "pass")
+                launch(grade_rank, world_size, args=(path, plan), timeout=timeout)
             except LaunchError as exc:
-                for index, found in enumerate(_failure_results(exc, todo, path, timeout)):
-                    results[index].update(found)
+                reply["stop"] = _stopped(exc, todo, path, timeout)
+            reply["records"] = _load_records(folder, todo, world_size)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-    return [{e: r[e] for e in EXERCISES if e in r} for r in results]
-
-
-def run_checks(world_size=WORLD_SIZE, timeout=TIMEOUT, **functions):
-    """Check the given exercises (ring_all_reduce=fn, average_gradients=fn, zero1_step=fn) in one job of
-    `world_size` ranks; return {exercise: CheckResult} in EXERCISES order, without displaying them."""
-    return run_many([functions], world_size, timeout)[0]
-
-
-def _check_one(exercise, fn, timeout):
-    _show(run_checks(timeout=timeout, **{exercise: fn})[exercise])
+    return reply
 
 
 def check_ring_all_reduce(ring_all_reduce, timeout=TIMEOUT):
     """Exercise 'ring_all_reduce': on 2 ranks, equal to dist.all_reduce (SUM) on tensors of 10, 7 and 4096
     elements, built from send/recv only, 2(N-1) messages of one chunk per rank."""
-    _check_one("ring_all_reduce", ring_all_reduce, timeout)
+    judge("ring_all_reduce", "lab07.one", "ring_all_reduce", learner(ring_all_reduce), timeout)
 
 
 def check_average_gradients(average_gradients, timeout=TIMEOUT):
     """Exercise 'average_gradients': 3 SGD steps on 2 ranks equal one process on the whole batch."""
-    _check_one("average_gradients", average_gradients, timeout)
+    judge("average_gradients", "lab07.one", "average_gradients", learner(average_gradients), timeout)
 
 
 def check_zero1_step(zero1_step, timeout=TIMEOUT):
     """Exercise 'zero1_step': 3 ZeRO-1 Adam steps on 2 ranks equal torch's Adam on one process, with each
     rank's optimizer state and update limited to its shard."""
-    _check_one("zero1_step", zero1_step, timeout)
-
-
-def check_job(timeout=TIMEOUT, **functions):
-    """All the given exercises in one 2-rank job (one start-up instead of three); shows one line each."""
-    for result in run_checks(timeout=timeout, **functions).values():
-        _show(result)
+    judge("zero1_step", "lab07.one", "zero1_step", learner(zero1_step), timeout)
 
 
 # --- the job itself: a training run, by launch here and by torchrun elsewhere -----------------------

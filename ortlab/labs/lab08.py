@@ -2,13 +2,15 @@
 parity with PyTorch.
 
 The task is ortlab.training.progressions (next token of x_t = start + stride·t mod 16) for the lab's
-tiny GPT; every reference run here is plain PyTorch, built from the same seeds.
+tiny GPT; the learner's code trains here (the probes below) and every reference run is plain
+PyTorch, built from the same seeds, in ortlab.labs.judges.lab08.
 """
 import torch
 
 from ortlab import models
-from ortlab.labs.checks import call_learner, check, compare
-from ortlab.training import progression_batches, train, train_step
+from ortlab.labs.checks import judge
+from ortlab.labs.remote import learner, probe
+from ortlab.training import progression_batches
 from ortlab.training import ortmodule as om
 
 VOCAB, TARGET, MAX_STEPS = 16, 0.5, 300
@@ -24,74 +26,40 @@ def tiny_gpt(seed=0):
     return models.get("gpt", vocab=VOCAB, dropout=0.0, seed=seed)
 
 
-def _reference_step(model, optimizer, batch):
-    loss, _, _ = train_step(model, batch, optimizer, skip_non_finite=False)  # a plain step
-    return loss.item()
+@probe
+def training_steps(training_step, n):
+    """([loss of each step], {parameter: values after}) of the learner's step on task(n=n), from
+    tiny_gpt() with SGD lr 0.1."""
+    model = tiny_gpt()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = [training_step(model, optimizer, b) for b in task(n=n)]
+    return losses, {name: p.detach() for name, p in model.named_parameters()}
+
+
+@probe
+def e2e_facts(train_e2e):
+    """What train_e2e() returned: whether the model is an ORTModule that did not fall back, its type,
+    and the losses (None when it did not return (model, losses))."""
+    result = train_e2e()
+    if not isinstance(result, tuple) or len(result) != 2:
+        return None
+    model, losses = result
+    ortmodule = __import__("onnxruntime.training.ortmodule", fromlist=["ORTModule"]).ORTModule
+    is_ort = isinstance(model, ortmodule)
+    return {"ortmodule": is_ort, "type": type(model).__name__, "fell_back": is_ort and om.fell_back(model),
+            "losses": list(losses) if isinstance(losses, (list, tuple)) else losses}
 
 
 def check_training_step(training_step):
     """Exercise 'training_step': training_step(model, optimizer, batch) -> the loss (a float)."""
-    def test():
-        data = task(n=2)
-        runs = {}
-        for name, step in (("yours", training_step), ("reference", _reference_step)):
-            model = tiny_gpt()
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            losses = [call_learner(step, model, optimizer, b, what="training_step(model, optimizer, batch)") if name == "yours"
-                      else step(model, optimizer, b) for b in data]
-            runs[name] = (losses, model)
-        (losses, model), (expected, reference) = runs["yours"], runs["reference"]
-        if not all(isinstance(v, float) for v in losses):
-            return f"return loss.item() (a float), not {type(losses[0]).__name__}"
-        reason = compare(losses, expected, 1e-6, 1e-7, "the losses of two steps")
-        if reason:
-            return reason
-        for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-            reason = compare(p.detach(), q.detach(), 1e-5, 1e-7, f"parameter {name} after two steps")
-            if reason:
-                return reason + " (did you zero the gradients before backward, and step after it?)"
-        return None
-    check("training_step", test)
+    judge("training_step", "lab08.training_step", learner(training_step))
 
 
 def check_reaches_target(train_e2e):
     """Exercise 'train_e2e': train_e2e() -> (model, losses): ORTModule, no fallback, the target reached."""
-    def test():
-        result = call_learner(train_e2e, what="train_e2e()")
-        if not isinstance(result, tuple) or len(result) != 2:
-            return "return (model, losses): the ORTModule you trained and its list of losses"
-        model, losses = result
-        om_module = __import__("onnxruntime.training.ortmodule", fromlist=["ORTModule"])
-        if not isinstance(model, om_module.ORTModule):
-            return f"the model is a {type(model).__name__}: wrap the tiny GPT with ORTModule"
-        if om.fell_back(model):
-            return "ORTModule fell back to PyTorch: this run was not ORT's (set FALLBACK_POLICY=FALLBACK_DISABLE)"
-        if not 10 <= len(losses) <= MAX_STEPS:
-            return f"train for 10 to {MAX_STEPS} steps, not {len(losses)}"
-        final = sum(losses[-10:]) / 10
-        if not final < TARGET:
-            return f"the mean of the last 10 losses is {final:.3f}, above the target {TARGET}: more steps or another lr"
-        return None
-    check("train_e2e", test)
-
-
-def reference_torch_losses(steps, lr=0.05):
-    """The PyTorch run that parity is measured against: SGD from tiny_gpt()'s initial weights."""
-    model = tiny_gpt()
-    return train(model, task(), torch.optim.SGD(model.parameters(), lr=lr), steps, progress=False).losses
+    judge("train_e2e", "lab08.train_e2e", learner(train_e2e))
 
 
 def check_parity(parity_curves, steps=20):
     """Exercise 'parity': parity_curves(steps) -> (ORTModule losses, PyTorch losses), SGD lr 0.05."""
-    def test():
-        result = call_learner(parity_curves, steps, what=f"parity_curves({steps})")
-        if not isinstance(result, tuple) or len(result) != 2:
-            return "return (ort_losses, torch_losses)"
-        ort_losses, torch_losses = (list(r) for r in result)
-        expected = reference_torch_losses(steps)
-        reason = compare(torch_losses, expected, 1e-6, 1e-7, "your PyTorch losses")
-        if reason:
-            return reason + " (start from lab08.tiny_gpt() and lab08.task(), SGD lr 0.05, one batch per step in order)"
-        return compare(ort_losses, expected, 1e-4, 0.0, "your ORTModule losses against PyTorch's (rtol 1e-4)")
-    check("parity", test)
-
+    judge("parity", "lab08.parity", learner(parity_curves), steps)

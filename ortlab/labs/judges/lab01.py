@@ -1,14 +1,15 @@
-"""Checks for lab01_compose_onnx_model: compose models with onnx.helper, then edit one with ortlab.ir.
+"""The checks of lab01_compose_onnx_model (run where the learner's code cannot reach them).
 
-Each check runs the learner's function on several inputs, validates the model
-with onnx.checker, runs it in ORT and compares with numpy.
+Each check has the learner's function run on several inputs (through the remote: the models come
+back as bytes), validates each model with onnx.checker, runs it in ORT and compares with numpy.
 """
 import copy
 
 import numpy as np
 import onnx
 
-from ortlab.labs.checks import CheckFailed, check, compare
+from ortlab.labs.checks import CheckFailed, compare
+from ortlab.labs.remote import call_with_arguments, function
 
 
 def as_valid_model(model, what):
@@ -38,75 +39,83 @@ def _io(model):
     return [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
 
 
-def check_transpose_matmul(build):
+def mlp_model_to_scale():
+    """The model the insert_scale check edits: ortlab's MLP, exported (what the notebook shows)."""
+    from ortlab import models
+
+    net = models.get("mlp").eval()
+    return models.export(net, net.example_inputs()[:1])
+
+
+def transpose_matmul(remote, build):
     """Exercise 'transpose_matmul': build(k, m, n) -> model computing Y = Transpose(A) @ B."""
-    def test():
-        rng = np.random.default_rng(0)
-        for k, m, n in ((3, 2, 4), (5, 1, 7)):
-            model = as_valid_model(build(k, m, n), f"build({k}, {m}, {n})")
-            ops = [node.op_type for node in model.graph.node]
-            if ops != ["Transpose", "MatMul"]:
-                return f"build({k}, {m}, {n}) has nodes {ops}; expected exactly Transpose then MatMul"
-            if _io(model) != ["A", "B"] or [o.name for o in model.graph.output] != ["Y"]:
-                return f"inputs must be named A, B and the output Y; got {_io(model)} -> {[o.name for o in model.graph.output]}"
-            a = rng.standard_normal((k, m)).astype(np.float32)
-            b = rng.standard_normal((k, n)).astype(np.float32)
-            reason = compare(run_in_ort(model, {"A": a, "B": b}, "build")[0], a.T @ b, 1e-5, 1e-5,
-                             f"Y for A[{k}, {m}], B[{k}, {n}]")
-            if reason:
-                return reason
-        return None
-    check("transpose_matmul", test)
+    build = function(remote, build)
+    rng = np.random.default_rng(0)
+    for k, m, n in ((3, 2, 4), (5, 1, 7)):
+        model = as_valid_model(build(k, m, n), f"build({k}, {m}, {n})")
+        ops = [node.op_type for node in model.graph.node]
+        if ops != ["Transpose", "MatMul"]:
+            return f"build({k}, {m}, {n}) has nodes {ops}; expected exactly Transpose then MatMul"
+        if _io(model) != ["A", "B"] or [o.name for o in model.graph.output] != ["Y"]:
+            return f"inputs must be named A, B and the output Y; got {_io(model)} -> {[o.name for o in model.graph.output]}"
+        a = rng.standard_normal((k, m)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        reason = compare(run_in_ort(model, {"A": a, "B": b}, "build")[0], a.T @ b, 1e-5, 1e-5,
+                         f"Y for A[{k}, {m}], B[{k}, {n}]")
+        if reason:
+            return reason
+    return None
 
 
-def check_mlp_model(build):
+def mlp_model(remote, build):
     """Exercise 'mlp_model': build(w1, b1, w2, b2) -> model computing Relu(X·w1 + b1)·w2 + b2."""
-    def test():
-        rng = np.random.default_rng(1)
-        w1, b1 = rng.standard_normal((4, 6)).astype(np.float32), rng.standard_normal(6).astype(np.float32)
-        w2, b2 = rng.standard_normal((6, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
-        model = as_valid_model(build(w1, b1, w2, b2), "build(w1, b1, w2, b2)")
-        if len(model.graph.initializer) != 4:
-            return (f"the weights should be 4 initializers in the model; found "
-                    f"{len(model.graph.initializer)} (use onnx.numpy_helper.from_array)")
-        if _io(model) != ["X"]:
-            return f"the model's only input should be X; it has {_io(model)}"
-        batch = model.graph.input[0].type.tensor_type.shape.dim[0]
-        if batch.HasField("dim_value"):
-            return (f"X's batch dimension is fixed to {batch.dim_value}; make it symbolic "
-                    "(a string such as 'batch') so the model takes any batch size")
-        for batch in (1, 5):  # the batch dimension must not be fixed
-            x = rng.standard_normal((batch, 4)).astype(np.float32)
-            expected = np.maximum(x @ w1 + b1, 0) @ w2 + b2
-            reason = compare(run_in_ort(model, {"X": x}, "build")[0], expected, 1e-5, 1e-5,
-                             f"the output for a batch of {batch}")
-            if reason:
-                return reason
-        return None
-    check("mlp_model", test)
+    build = function(remote, build)
+    rng = np.random.default_rng(1)
+    w1, b1 = rng.standard_normal((4, 6)).astype(np.float32), rng.standard_normal(6).astype(np.float32)
+    w2, b2 = rng.standard_normal((6, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    model = as_valid_model(build(w1, b1, w2, b2), "build(w1, b1, w2, b2)")
+    if len(model.graph.initializer) != 4:
+        return (f"the weights should be 4 initializers in the model; found "
+                f"{len(model.graph.initializer)} (use onnx.numpy_helper.from_array)")
+    if _io(model) != ["X"]:
+        return f"the model's only input should be X; it has {_io(model)}"
+    batch = model.graph.input[0].type.tensor_type.shape.dim[0]
+    if batch.HasField("dim_value"):
+        return (f"X's batch dimension is fixed to {batch.dim_value}; make it symbolic "
+                "(a string such as 'batch') so the model takes any batch size")
+    for batch in (1, 5):  # the batch dimension must not be fixed
+        x = rng.standard_normal((batch, 4)).astype(np.float32)
+        expected = np.maximum(x @ w1 + b1, 0) @ w2 + b2
+        reason = compare(run_in_ort(model, {"X": x}, "build")[0], expected, 1e-5, 1e-5,
+                         f"the output for a batch of {batch}")
+        if reason:
+            return reason
+    return None
 
 
-def check_insert_scale(insert, model):
-    """Exercise 'insert_scale': insert(model, s) -> a new model whose output is s times the old one."""
-    def test():
-        original = copy.deepcopy(model)
-        rng = np.random.default_rng(2)
-        feeds = {name: rng.standard_normal([d.dim_value or 2 for d in i.type.tensor_type.shape.dim]).astype(np.float32)
-                 for name, i in ((i.name, i) for i in model.graph.input) if name in _io(model)}
-        before = run_in_ort(model, feeds, "the original")
-        for scale in (3.0, -0.5):
-            edited = as_valid_model(insert(model, scale), f"insert(model, {scale})")
-            if model != original:
-                return "your function changed the model it was given; build a new one (Graph.from_model copies)"
-            outputs = [o.name for o in edited.graph.output]
-            if outputs != [o.name for o in model.graph.output]:
-                return f"the graph outputs must keep their names {[o.name for o in model.graph.output]}; got {outputs}"
-            added = len(edited.graph.node) - len(model.graph.node)
-            if added != 1 or "Mul" not in [n.op_type for n in edited.graph.node]:
-                return f"expected exactly one new node, a Mul; the model has {added} more node(s)"
-            reason = compare(run_in_ort(edited, feeds, "insert")[0], scale * before[0], 1e-5, 1e-5,
-                             f"the output with scale {scale}")
-            if reason:
-                return reason
-        return None
-    check("insert_scale", test)
+def insert_scale(remote, insert):
+    """Exercise 'insert_scale': insert(model, s) -> a new model whose output is s times the old one
+    (the check's own model: never the notebook's)."""
+    model = mlp_model_to_scale()
+    original = copy.deepcopy(model)
+    rng = np.random.default_rng(2)
+    feeds = {name: rng.standard_normal([d.dim_value or 2 for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+             for name, i in ((i.name, i) for i in model.graph.input) if name in _io(model)}
+    before = run_in_ort(model, feeds, "the original")
+    for scale in (3.0, -0.5):
+        edited, given = remote.call(call_with_arguments, insert, model, scale)
+        edited = as_valid_model(edited, f"insert(model, {scale})")
+        if given[0] != original:
+            return "your function changed the model it was given; build a new one (Graph.from_model copies)"
+        outputs = [o.name for o in edited.graph.output]
+        if outputs != [o.name for o in model.graph.output]:
+            return f"the graph outputs must keep their names {[o.name for o in model.graph.output]}; got {outputs}"
+        added = len(edited.graph.node) - len(model.graph.node)
+        if added != 1 or "Mul" not in [n.op_type for n in edited.graph.node]:
+            return f"expected exactly one new node, a Mul; the model has {added} more node(s)"
+        reason = compare(run_in_ort(edited, feeds, "insert")[0], scale * before[0], 1e-5, 1e-5,
+                         f"the output with scale {scale}")
+        if reason:
+            return reason
+    return None
+

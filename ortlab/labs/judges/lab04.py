@@ -1,42 +1,38 @@
-"""Checks and helpers for lab04_op_schema: declare an op's schema, give it a function body,
-then add a new version of the schema.
+"""The checks of lab04_op_schema (run where the learner's code cannot reach them).
 
-The op is lab.ScaledTanh: Y = alpha * tanh(beta * X) (+ gamma from version 2).
-onnx's schema registry is process-wide, so `register` replaces an earlier
-registration of the same (name, version, domain): a cell can be re-run.
+The learner's schema comes back as data (ortlab.labs.lab04.schema_data) and is rebuilt here as an
+onnx.defs.OpSchema; the function comes back as a FunctionProto's bytes.
 """
 import numpy as np
 import onnx
 from onnx import defs, helper
 
-from ortlab.onnx_defs import DEFAULT_OPSET, FUNCTION_IR_VERSION, ONNX_DOMAIN
-from ortlab.labs.checks import CheckFailed, check, compare
-from ortlab.labs.lab01 import run_in_ort
-
-DOMAIN, OP = "lab", "ScaledTanh"
-
-
-def register(schema):
-    """Register an onnx.defs.OpSchema, replacing an earlier one with the same name, version, domain."""
-    if not isinstance(schema, defs.OpSchema):
-        raise CheckFailed(f"expected an onnx.defs.OpSchema, got {type(schema).__name__}")
-    try:
-        defs.deregister_schema(schema.name, schema.since_version, schema.domain)
-    except Exception:
-        pass  # nothing registered yet
-    defs.register_schema(schema)
-    return schema
+from ortlab.labs.checks import CheckFailed, compare
+from ortlab.labs.judges.lab01 import run_in_ort
+from ortlab.labs.lab04 import DOMAIN, OP, model_using, register, schema_data
+from ortlab.labs.remote import Opaque, call
 
 
-def model_using(version, attributes, elem_type=onnx.TensorProto.FLOAT, shape=(2, 3), functions=()):
-    """A one-node model calling lab.ScaledTanh under opset `version` of the lab domain."""
-    node = helper.make_node(OP, ["x"], ["y"], domain=DOMAIN, name="scaled_tanh", **attributes)
-    graph = helper.make_graph([node], "uses_scaled_tanh",
-                              [helper.make_tensor_value_info("x", elem_type, list(shape))],
-                              [helper.make_tensor_value_info("y", elem_type, list(shape))])
-    return helper.make_model(graph, functions=list(functions), ir_version=FUNCTION_IR_VERSION,
-                             opset_imports=[helper.make_opsetid(ONNX_DOMAIN, DEFAULT_OPSET),
-                                            helper.make_opsetid(DOMAIN, version)])
+def rebuild_schema(data):
+    """The OpSchema that ortlab.labs.lab04.schema_data described (or what was returned instead)."""
+    if isinstance(data, Opaque) or not isinstance(data, dict):
+        return data
+    S = defs.OpSchema
+    attributes = []
+    for name, default, description, kind, required in data["attributes"]:
+        if default is not None and default.type != onnx.AttributeProto.UNDEFINED:
+            attributes.append(S.Attribute(name, default, description))
+        else:
+            attributes.append(S.Attribute(name, S.AttrType(kind), description, required=required))
+    return S(data["name"], data["domain"], data["since_version"], data["doc"],
+             inputs=[S.FormalParameter(n, t) for n, t in data["inputs"]],
+             outputs=[S.FormalParameter(n, t) for n, t in data["outputs"]],
+             type_constraints=[(p, list(types), d) for p, types, d in data["type_constraints"]],
+             attributes=attributes)
+
+
+def _schema(remote, make):
+    return rebuild_schema(remote.call(schema_data, make))
 
 
 def _accepts(model):
@@ -72,43 +68,39 @@ def _check_schema(schema, version, attributes):
     return None
 
 
-def check_schema(make_schema):
+def schema(remote, make_schema):
     """Exercise 'schema': make_schema() -> OpSchema of lab.ScaledTanh version 1 (alpha, beta; T float/double)."""
-    check("schema", lambda: _check_schema(make_schema(), 1, {"alpha": 1.0, "beta": 1.0}))
+    return _check_schema(_schema(remote, make_schema), 1, {"alpha": 1.0, "beta": 1.0})
 
 
-def check_function(make_function):
+def function(remote, make_function):
     """Exercise 'function': make_function() -> FunctionProto computing alpha * tanh(beta * X)."""
-    def test():
-        function = make_function()
-        if not isinstance(function, onnx.FunctionProto):
-            return f"make_function() returned {type(function).__name__}, not an onnx.FunctionProto"
-        if (function.domain, function.name) != (DOMAIN, OP):
-            return f"the function is {function.domain}.{function.name}; it must define {DOMAIN}.{OP}"
-        x = np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3)
-        for attrs in ({"alpha": 2.0, "beta": 0.5}, {"alpha": -1.5}, {}):
-            model = model_using(1, attrs, functions=[function])
-            (y,) = run_in_ort(model, {"x": x}, "make_function")
-            expected = attrs.get("alpha", 1.0) * np.tanh(attrs.get("beta", 1.0) * x)
-            reason = compare(y, expected, 1e-5, 1e-6, f"Y with attributes {attrs or 'left to their defaults'}")
-            if reason:
-                return reason
-        return None
-    check("function", test)
-
-
-def check_schema_v2(make_schema_v2, make_schema):
-    """Exercise 'schema_v2': version 2 of the schema adds gamma (default 0.0); version 1 stays."""
-    def test():
-        reason = _check_schema(make_schema_v2(), 2, {"alpha": 1.0, "beta": 1.0, "gamma": 0.0})
+    function = remote.call(call, make_function)
+    if not isinstance(function, onnx.FunctionProto):
+        return f"make_function() returned {type(function).__name__}, not an onnx.FunctionProto"
+    if (function.domain, function.name) != (DOMAIN, OP):
+        return f"the function is {function.domain}.{function.name}; it must define {DOMAIN}.{OP}"
+    x = np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3)
+    for attrs in ({"alpha": 2.0, "beta": 0.5}, {"alpha": -1.5}, {}):
+        model = model_using(1, attrs, functions=[function])
+        (y,) = run_in_ort(model, {"x": x}, "make_function")
+        expected = attrs.get("alpha", 1.0) * np.tanh(attrs.get("beta", 1.0) * x)
+        reason = compare(y, expected, 1e-5, 1e-6, f"Y with attributes {attrs or 'left to their defaults'}")
         if reason:
             return reason
-        register(make_schema())
-        for opset, expected in ((1, 1), (2, 2), (5, 2)):
-            picked = defs.get_schema(OP, opset, DOMAIN).since_version
-            if picked != expected:
-                return f"under lab opset {opset}, onnx picks ScaledTanh-{picked}; expected version {expected}"
-        if not _accepts(model_using(1, {"gamma": 1.0})):
-            return "gamma must not be accepted under opset 1 (version 1 has no gamma)"
-        return None
-    check("schema_v2", test)
+    return None
+
+
+def schema_v2(remote, make_schema_v2, make_schema):
+    """Exercise 'schema_v2': version 2 of the schema adds gamma (default 0.0); version 1 stays."""
+    reason = _check_schema(_schema(remote, make_schema_v2), 2, {"alpha": 1.0, "beta": 1.0, "gamma": 0.0})
+    if reason:
+        return reason
+    register(_schema(remote, make_schema))
+    for opset, expected in ((1, 1), (2, 2), (5, 2)):
+        picked = defs.get_schema(OP, opset, DOMAIN).since_version
+        if picked != expected:
+            return f"under lab opset {opset}, onnx picks ScaledTanh-{picked}; expected version {expected}"
+    if not _accepts(model_using(1, {"gamma": 1.0})):
+        return "gamma must not be accepted under opset 1 (version 1 has no gamma)"
+    return None
