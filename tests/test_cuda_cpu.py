@@ -214,3 +214,34 @@ def test_bad_kernels():
         cpu.launch(GOOD, 1, 256)
     with pytest.raises(OrtlabError, match="schedule must be"):
         cpu.launch(cpu.cpu_kernel(REVERSE, "reverse"), 1, 4, np.zeros(4, np.float32), schedule="random")
+
+
+def test_a_kernel_that_never_returns_is_stopped_after_the_timeout():
+    kernel = cpu.cpu_kernel(r"""
+    extern "C" __global__ void spin(float* y) { y[threadIdx.x] = 1.0f; while (true) {} }
+    """, "spin")
+    y = np.zeros(4, np.float32)
+    with pytest.raises(OrtlabError, match=r"kernel spin did not finish within 0.5 s and was stopped"):
+        cpu.launch(kernel, 1, 4, y, timeout=0.5)
+    assert not y.any()  # a stopped launch writes nothing back
+    with pytest.raises(OrtlabError, match="timeout must be a number of seconds"):
+        cpu.launch(kernel, 1, 4, y, timeout=0)
+
+
+def test_a_kernel_that_crashes_the_runner_is_an_error_not_a_crash():
+    # 400 KB of locals in one thread: past the 128 KiB stack the runner gives each thread
+    kernel = cpu.cpu_kernel(r"""
+    extern "C" __global__ void deep(float* y) {
+      float a[100000];
+      for (int i = 0; i < 100000; ++i) a[i] = i;
+      y[0] = a[99999];
+    }
+    """, "deep")
+    with pytest.raises(OrtlabError, match=r"kernel deep crashed the CPU runner's child process \(SIG"):
+        cpu.launch(kernel, 1, 1, np.zeros(1, np.float32))
+
+
+def test_without_a_timeout_the_launch_runs_in_this_process(block_sum):
+    x, out = np.arange(512, dtype=np.float32), np.zeros(2, np.float32)
+    cpu.launch(block_sum, 2, 256, x, out, 512, timeout=None)
+    np.testing.assert_array_equal(out, x.reshape(2, 256).sum(axis=1))

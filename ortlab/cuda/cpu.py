@@ -17,13 +17,18 @@ This is a teaching tool for correctness, not a timing model: warps, warp shuffle
 the GPU's real interleavings are not modelled.
 """
 import ctypes
+import faulthandler
 import hashlib
+import mmap
 import os
 import re
+import select
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +37,7 @@ import numpy as np
 from ortlab.errors import OrtlabError
 
 HEADER = Path(__file__).with_name("cpu_cuda.h")
+STACK_KIB = 128  # kStackBytes in cpu_cuda.h
 # CUDA C++ parameter types -> numpy dtypes (a pointer parameter takes an array of that dtype)
 DTYPES = {
     "float": np.float32, "double": np.float64, "bool": np.bool_,
@@ -227,14 +233,24 @@ def _argument(param, value):
     return np.ascontiguousarray(scalar.reshape(1)), 1
 
 
-def launch(kernel, grid, block, *args, shared=0, schedule="forward"):
+def launch(kernel, grid, block, *args, shared=0, schedule="forward", timeout=10.0):
     """Run `kernel` (a CpuKernel) on grid x block threads with `args` (numpy arrays for pointer
     parameters, written in place; numbers for the others) and `shared` bytes of dynamic shared
-    memory, threads in `schedule` order ("forward" or "reverse") between barriers."""
+    memory, threads in `schedule` order ("forward" or "reverse") between barriers.
+
+    The launch runs in a child process (fork) holding copies of the arrays in shared memory, stopped
+    after `timeout` seconds: compiled code that never returns (`while (true) {}`) cannot be
+    interrupted inside this process, since a thread cannot be killed, so only a process can be. A
+    kernel that crashes the child (e.g. a thread's locals overflowing its stack) ends in an
+    OrtlabError too. Arrays are written back only when the launch succeeded. `timeout=None` runs in
+    this process, without the fork's cost and without any protection."""
     if not isinstance(kernel, CpuKernel):
         raise OrtlabError(f"launch takes a CpuKernel from cpu_kernel(source, name), not {type(kernel).__name__}")
     if schedule not in ("forward", "reverse"):
         raise OrtlabError(f"schedule must be 'forward' or 'reverse', got {schedule!r}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not 0 < timeout < 1e6):
+        raise OrtlabError(f"timeout must be a number of seconds above 0 (below 1e6), or None, got {timeout!r}")
     grid = _dims(grid, "grid", (2**31 - 1, 65535, 65535))
     block = _dims(block, "block", (1024, 1024, 64))
     if block[0] * block[1] * block[2] > 1024:
@@ -244,24 +260,110 @@ def launch(kernel, grid, block, *args, shared=0, schedule="forward"):
     if not isinstance(shared, int) or isinstance(shared, bool) or not 0 <= shared <= 227 * 1024:
         raise OrtlabError(f"shared must be a number of bytes from 0 to 232448, got {shared!r}")
     held = [_argument(p, a) for p, a in zip(kernel.params, args)]
-    pointers = (ctypes.c_void_p * max(1, len(held)))(*(h.ctypes.data for h, _ in held))
-    sizes = (ctypes.c_longlong * max(1, len(held)))(*(n for _, n in held))
-    error = ctypes.create_string_buffer(512)
+    shape = (*map(ctypes.c_uint, grid + block), ctypes.c_int(schedule == "reverse"), ctypes.c_ulonglong(shared))
     with _LOCK:
-        failed = kernel.library.ortlab_launch(pointers, sizes, *map(ctypes.c_uint, grid + block),
-                                              ctypes.c_int(schedule == "reverse"), ctypes.c_ulonglong(shared),
-                                              error, ctypes.c_int(len(error)))
+        if timeout is None:
+            failed, message = _call(kernel, [h for h, _ in held], [n for _, n in held], shape)
+        else:
+            failed, message = _forked(kernel, held, shape, float(timeout))
     if failed:
-        raise OrtlabError(f"kernel {kernel.name} stopped: {error.value.decode(errors='replace')}")
+        raise OrtlabError(f"kernel {kernel.name} stopped: {message}")
 
 
-def schedule_differences(kernel, grid, block, *args, shared=0):
+def _call(kernel, arrays, sizes, shape, error=None):
+    """(failed, message) of one ortlab_launch call on `arrays` (numpy arrays, written in place)."""
+    pointers = (ctypes.c_void_p * max(1, len(arrays)))(*(a.ctypes.data for a in arrays))
+    counts = (ctypes.c_longlong * max(1, len(arrays)))(*sizes)
+    error = ctypes.create_string_buffer(512) if error is None else error
+    failed = kernel.library.ortlab_launch(pointers, counts, *shape, error, ctypes.c_int(len(error)))
+    return failed, error.value.decode(errors="replace")
+
+
+_ERROR_BYTES = 512
+
+
+def _forked(kernel, held, shape, timeout):
+    """_call run in a child process on copies of the arrays in a shared mapping; the child is killed
+    after `timeout` seconds. Written arrays are copied back on success."""
+    offsets, total = [], 64  # bytes 0..8: the child's result (0 ok, 1 failed, 2 not reached)
+    for array, _ in held:
+        offsets.append(total)
+        total += -(-array.nbytes // 64) * 64 + 64
+    error_at = total
+    memory = mmap.mmap(-1, total + _ERROR_BYTES)  # MAP_SHARED | MAP_ANONYMOUS: the child's writes come back
+    views = []
+    for (array, _), at in zip(held, offsets):
+        view = np.frombuffer(memory, array.dtype, array.size, at)
+        view[...] = array.reshape(-1)
+        views.append(view)
+    status = np.frombuffer(memory, np.int64, 1, 0)
+    status[0] = 2
+    error = (ctypes.c_char * _ERROR_BYTES).from_buffer(memory, error_at)
+    pid = os.fork()
+    if pid == 0:  # the child: run the kernel, report through the mapping, leave without cleanup
+        try:
+            status[0] = _call(kernel, views, [n for _, n in held], shape, error)[0]
+        finally:
+            os._exit(0)
+    how = _wait(pid, timeout)
+    if how is not None:
+        raise OrtlabError(f"kernel {kernel.name} {how}")
+    if status[0] == 2:
+        raise OrtlabError(f"kernel {kernel.name}: the CPU runner's child process ended without a result")
+    if status[0]:
+        return True, bytes(error).split(b"\0")[0].decode(errors="replace")
+    for (array, _), param, view in zip(held, kernel.params, views):
+        if param.pointer and not param.const:
+            array.reshape(-1)[...] = view
+    return False, ""  # the mapping is unmapped when its last view goes
+
+
+def _wait(pid, timeout):
+    """None once child `pid` exited normally; else what went wrong (it is killed after `timeout` s)."""
+    deadline, pause = time.monotonic() + timeout, 1e-4
+    watch = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None  # readable once the child exits
+    try:
+        while True:
+            done, code = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            left = deadline - time.monotonic()
+            if left < 0:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return (f"did not finish within {timeout:g} s and was stopped (a loop that never ends, a "
+                        f"barrier inside one, or a launch too large for the CPU runner: pass a larger "
+                        f"timeout=); the arrays are unchanged")
+            if watch is not None:
+                select.select([watch], [], [], left)
+            else:
+                time.sleep(min(pause, left))
+                pause = min(2 * pause, 0.01)
+    except BaseException:  # e.g. KeyboardInterrupt: never leave the child running
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        raise
+    finally:
+        if watch is not None:
+            os.close(watch)
+    if os.WIFSIGNALED(code):
+        name = signal.Signals(os.WTERMSIG(code)).name
+        return (f"crashed the CPU runner's child process ({name}): e.g. a thread's local arrays overflowing "
+                f"its {STACK_KIB} KiB stack, or an index through an unchecked T* in a device function; "
+                "the arrays are unchanged")
+    return None
+
+
+def schedule_differences(kernel, grid, block, *args, shared=0, timeout=10.0):
     """Names of the array arguments whose results differ between the forward and the reverse schedule
     (each run on copies): a race between two barriers. The arguments themselves are not changed."""
     runs = []
     for schedule in ("forward", "reverse"):
         copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-        launch(kernel, grid, block, *copies, shared=shared, schedule=schedule)
+        launch(kernel, grid, block, *copies, shared=shared, schedule=schedule, timeout=timeout)
         runs.append(copies)
     return [p.name for p, a, b in zip(kernel.params, *runs)
             if p.pointer and not np.array_equal(a, b, equal_nan=True)]
