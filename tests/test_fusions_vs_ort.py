@@ -519,3 +519,28 @@ def test_the_new_rules_are_level_1_on_every_ep(name):
     from ortlab.transformers import registry
     level, cls = registry.RULES[name]
     assert level == 1 and cls.__name__ == name
+
+
+def trainable_neutral_weights():
+    """Relu(x) * w1 + w0 with one-element weights initialised to 1 and 0, and 1 / x * z by a
+    weight initialised to 1."""
+    nodes = [h("Relu", ["x"], ["r"]), h("Mul", ["r", "w1"], ["m"]), h("Add", ["m", "w0"], ["a"]),
+             h("Div", ["wd", "a"], ["d"]), h("Mul", ["d", "z"], ["y"])]
+    return model(nodes, [("x", [2, 3]), ("z", [2, 3])], ["y"],
+                 [("w1", f32([1.0])), ("w0", f32([0.0])), ("wd", f32(1.0))])
+
+
+def test_a_trainable_weight_of_value_0_or_1_is_not_a_noop():
+    """A weight equal to 0 or 1 at initialisation is a variable: removing Add(x, w0) or Mul(x, w1)
+    would cut w off from its gradient. ORT sees it as ORTModule gives it, a graph input (so not
+    a constant), and keeps every node; so must ortlab, told which weights train."""
+    from ortlab.transformers import optimize_for_training
+    m = trainable_neutral_weights()
+    weights = ["w1", "w0", "wd"]
+    as_inputs = onnx.ModelProto.FromString(m.SerializeToString())
+    as_inputs.graph.input.extend(helper.make_tensor_value_info(w, F, None) for w in weights)
+    assert ex.op_counts(ort_graph(as_inputs)) == ex.op_counts(m)
+    fused, _ = optimize_for_training(m, weights)
+    assert ex.op_counts(fused) == ex.op_counts(m)
+    assert ex.op_counts(optimize(m, providers=CPU, excluded_initializers=weights)) == ex.op_counts(m)
+    assert ex.op_counts(optimize(m, providers=CPU)) == ex.op_counts(ort_graph(m)) == {"Relu": 1, "Div": 1}

@@ -23,10 +23,15 @@ class DivMulFusion(RewriteRule):
 
     target_op_types = ("Div",)
 
+    def __init__(self, excluded_initializers=()):
+        """excluded_initializers: trainable weights, never taken for a constant 1."""
+        super().__init__()
+        self.excluded = set(excluded_initializers)
+
     def satisfy_condition(self, graph, div):
         if not gu.is_op_version(graph, div, "Div", VERSIONS):
             return False
-        one = gu.constant(graph, div.input_names[0])
+        one = gu.constant(graph, div.input_names[0], self.excluded)
         if one is None or one.size != 1 or one.dtype not in ONE_DTYPES or float(one.reshape(-1)[0]) != 1.0:
             return False
         mul = gu.single_consumer(graph, div.output_names[0])

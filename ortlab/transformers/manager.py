@@ -63,7 +63,8 @@ class GraphTransformerManager:
         providers = check_providers(providers, OrtlabError)
         manager = cls(steps)
         for lvl in range(1, level + 1):
-            rules = [r() for lv, r in registry.RULES.values() if lv == lvl and _named(wanted, r.__name__, lvl)]
+            rules = [_instantiate(r, options) for lv, r in registry.RULES.values()
+                     if lv == lvl and _named(wanted, r.__name__, lvl)]
             if rules:
                 manager.register(RuleBasedGraphTransformer(registry.rule_transformer_name(lvl), rules, lvl))
             for lv, cls_, eps in registry.in_ort_order():
@@ -239,7 +240,8 @@ def option_names():
     import inspect
 
     found = set()
-    for _, cls_, _ in registry.TRANSFORMERS.values():
+    classes = [cls_ for _, cls_, _ in registry.TRANSFORMERS.values()] + [cls_ for _, cls_ in registry.RULES.values()]
+    for cls_ in classes:
         for name, p in inspect.signature(cls_.__init__).parameters.items():
             if name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
                 found.add(name)

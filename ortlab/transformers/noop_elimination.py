@@ -18,12 +18,12 @@ NEUTRAL = {"Add": 0.0, "Sub": 0.0, "Mul": 1.0, "Div": 1.0}  # the constant that 
 NOOP_DTYPES = {np.dtype(t) for t in (np.float32, np.float16, np.float64, np.int32, np.int64)}
 
 
-def neutral_slot(graph, node):
+def neutral_slot(graph, node, excluded=()):
     """(slot of the constant, its value) when exactly one input of the binary node is a constant
-    initializer (for Sub and Div, the second), else None."""
+    initializer, not excluded (for Sub and Div, the second), else None."""
     if len(node.input_names) != 2:
         return None
-    consts = [gu.constant(graph, n) for n in node.input_names]
+    consts = [gu.constant(graph, n, excluded) for n in node.input_names]
     if (consts[0] is None) == (consts[1] is None):
         return None
     slot = 0 if consts[0] is not None else 1
@@ -48,10 +48,15 @@ class NoopElimination(RewriteRule):
 
     target_op_types = tuple(NEUTRAL)
 
+    def __init__(self, excluded_initializers=()):
+        """excluded_initializers: trainable weights, never taken for a constant 0 or 1."""
+        super().__init__()
+        self.excluded = set(excluded_initializers)
+
     def satisfy_condition(self, graph, node):
         if not gu.is_op(node, node.op_type) or node.op_type not in NEUTRAL:
             return False
-        found = neutral_slot(graph, node)
+        found = neutral_slot(graph, node, self.excluded)
         if found is None:
             return False
         slot, value = found
@@ -72,6 +77,6 @@ class NoopElimination(RewriteRule):
         return True if reason is None else self.decline(node, reason)
 
     def apply(self, graph, node):
-        slot, _ = neutral_slot(graph, node)
+        slot, _ = neutral_slot(graph, node, self.excluded)
         gu.bypass(graph, node, keep=1 - slot)
         return RuleEffect.REMOVED_CURRENT_NODE

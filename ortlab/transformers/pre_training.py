@@ -9,6 +9,7 @@ Transpose(W) would cut W off from its gradient), and Dropout stays unless its ra
 """
 from ortlab.errors import as_names
 from ortlab.transformers.cse import CommonSubexpressionElimination
+from ortlab.transformers.div_mul_fusion import DivMulFusion
 from ortlab.transformers.constant_folding import ConstantFolding
 from ortlab.transformers.constant_sharing import ConstantSharing
 from ortlab.transformers.eliminations import CastElimination, EliminateDropout
@@ -16,13 +17,15 @@ from ortlab.transformers.gelu_fusion import GeluFusion
 from ortlab.transformers.graph_transformer import RuleBasedGraphTransformer
 from ortlab.transformers.layer_norm_fusion import LayerNormFusion
 from ortlab.transformers.manager import GraphTransformerManager
+from ortlab.transformers.noop_elimination import NoopElimination
+from ortlab.transformers.not_where_fusion import NotWhereFusion
 
 # ORT 1.19's list, in order, and the ortlab class for each where ortlab has one.
 ORT_PRE_TRAINING_TRANSFORMERS = [
     ("rules: InsertMaxPoolOutput, BatchNormReplacement, UnsqueezeElimination, ExpandElimination, "
      "CastElimination, PreShapeNodeElimination, NoopElimination, DivMulFusion, EliminateDropout, "
      "GemmSumFusion, GemmTransposeFusion, NotWhereFusion, InsertSoftmaxCrossEntropyLossOutput, "
-     "LSTMReplacement", "CastElimination, EliminateDropout"),
+     "LSTMReplacement", "CastElimination, NoopElimination, DivMulFusion, EliminateDropout, NotWhereFusion"),
     ("ConstantSharing", "ConstantSharing"),
     ("LayerNormFusion (before CSE, which would merge its two ReduceMeans' users)", "LayerNormFusion"),
     ("CommonSubexpressionElimination", "CommonSubexpressionElimination"),
@@ -44,7 +47,8 @@ def pre_training_transformers(weights_to_train=(), steps=5):
     """
     excluded = tuple(as_names(weights_to_train, "weights_to_train"))
     manager = GraphTransformerManager(steps)
-    rules = RuleBasedGraphTransformer("Level1_RuleBasedTransformer", [CastElimination(), EliminateDropout()])
+    rules = RuleBasedGraphTransformer("Level1_RuleBasedTransformer", [
+        CastElimination(), NoopElimination(excluded), DivMulFusion(excluded), EliminateDropout(), NotWhereFusion()])
     for transformer in (ConstantSharing(excluded), LayerNormFusion(), CommonSubexpressionElimination(),
                         GeluFusion(), ConstantFolding(excluded), rules):
         manager.register(transformer, level=1)
