@@ -129,3 +129,41 @@ def test_no_lab_module_holds_a_reference_answer():
     run = subprocess.run([sys.executable, "-c", NO_REFERENCE], capture_output=True, text=True, timeout=300,
                          cwd=ROOT)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+
+
+# --- what crosses the line is data ------------------------------------------------------------------
+
+def test_only_data_crosses_and_anything_else_comes_back_without_its_behaviour():
+    import json
+
+    import numpy as np
+    import onnx
+    import torch
+
+    from ortlab.labs import checks, remote
+
+    class Same:
+        def __eq__(self, other):
+            return True
+
+    def roundtrip(value):
+        return remote.decode(json.loads(json.dumps(remote.encode(value))))
+
+    back = roundtrip({"a": (1, 2.5, None), 3: [np.arange(6, dtype=np.float32).reshape(2, 3), np.float64(2.0)],
+                      "t": torch.ones(2), "m": onnx.ModelProto(ir_version=8), "x": np.array(-1.5)})
+    assert back["a"] == (1, 2.5, None) and back[3][0].shape == (2, 3) and back[3][1] == 2.0
+    assert isinstance(back["t"], torch.Tensor) and back["m"].ir_version == 8 and back["x"].shape == ()
+    forged = roundtrip(Same())  # an object comes back as its type's name only
+    assert isinstance(forged, remote.Opaque) and type(forged).__name__ == "Same"
+    assert checks.compare(forged, 45) is not None
+    assert isinstance(roundtrip(lambda: 1), remote.Opaque)
+    with pytest.raises(remote.RemoteError, match="not data"):
+        remote.decode({"t": "array", "dtype": "object", "shape": [1], "data": ""})
+    with pytest.raises(remote.RemoteError, match="unknown data tag"):
+        remote.decode({"t": "pickle", "data": ""})
+    reply = {"raised": {"type": "ValueError", "message": "boom"}}
+    with pytest.raises(remote.RemoteRaised) as raised:
+        remote.answer(reply)
+    assert type(raised.value).__name__ == "ValueError" and str(raised.value) == "boom"
+    with pytest.raises(NotImplementedError):
+        remote.answer({"raised": {"type": "NotImplementedError", "message": "not done"}})

@@ -120,7 +120,14 @@ def evaluate(exercise, test):
 
 
 def check(exercise, test):
-    """Check an exercise with a custom test and display the result (`evaluate` returns it)."""
+    """Check an exercise with a custom test and display the result (`evaluate` returns it).
+
+    A custom test runs beside the learner's code, so the grader cannot use it: a lab that is graded
+    checks with `judge` (a lab module's checks, check_function, check_value)."""
+    if _JUDGING:
+        _JUDGING[-1][1].append(CheckResult(exercise, "fail", "the solution checks this exercise with a custom "
+                                           "check(...), which the grader cannot run apart from the notebook"))
+        return
     _show(evaluate(exercise, test))
 
 
