@@ -161,6 +161,12 @@ def test_timeout_must_be_finite_and_positive(timeout):
         launch(examples.all_reduce_sum, timeout=timeout)
 
 
+def test_more_threads_per_rank_than_cores_is_refused(monkeypatch):
+    monkeypatch.setattr(launcher, "cores", lambda: 2)
+    with pytest.raises(LaunchError, match="threads_per_rank=1000000 is more than the 2 cores"):
+        launch(examples.all_reduce_sum, threads_per_rank=10 ** 6)
+
+
 def test_numpy_numbers_are_numbers():
     assert launcher._check_timeout(np.float64(2.5)) == 2.5 and launcher._check_timeout(launcher.MAX_TIMEOUT_S)
     assert launcher._positive_int(np.int64(3), "world_size") == 3
@@ -236,7 +242,9 @@ TENSORS = [torch.zeros(3), torch.zeros(5, dtype=torch.float64)]
     (lambda: expert_capacity(10, 2, 1, -math.inf), "capacity_factor must be a positive number"),
     (lambda: expert_capacity(10, 2, 1, math.nan), "capacity_factor must be a positive number"),
     (lambda: expert_capacity(10, 2, 1, None), "capacity_factor must be a positive number"),
-    (lambda: expert_capacity(10, 2, 1, 1e308), "makes the capacity overflow; use at most 2"),
+    (lambda: expert_capacity(10, 2, 1, 1e308), "overflows a float .capacity_factor=1e.308.; a capacity_factor "
+                                                 "of 2 already"),
+    (lambda: expert_capacity(10 ** 400, 2, 1, 1.0), "overflows a float .capacity_factor=1.0.; split the tokens"),
     (lambda: microbatches(torch.zeros(4, 2), 0), "n_microbatches must be a positive int, got 0"),
     (lambda: microbatches(torch.zeros(4, 2), -2), "n_microbatches must be a positive int"),
     (lambda: microbatches(torch.zeros(4, 2), 2.0), "n_microbatches must be a positive int"),
@@ -246,10 +254,12 @@ TENSORS = [torch.zeros(3), torch.zeros(5, dtype=torch.float64)]
     (lambda: ring_bytes_per_rank("all_reduce", 8, 0), "world_size must be a positive int"),
     (lambda: ring_bytes_per_rank("all_reduce", 8, -2), "world_size must be a positive int"),
     (lambda: ring_bytes_per_rank("all_reduce", 8, 2.0), "world_size must be a positive int"),
+    (lambda: ring_bytes_per_rank("all_reduce", 8.0, 10 ** 400), "world_size must be a positive int"),
     (lambda: ring_bytes_per_rank("all_reduce", -8, 2), "nbytes must be a non-negative, finite number"),
     (lambda: ring_bytes_per_rank("all_reduce", math.inf, 2), "nbytes must be a non-negative, finite number"),
     (lambda: ring_bytes_per_rank("all_reduce", math.nan, 2), "nbytes must be a non-negative, finite number"),
     (lambda: ring_bytes_per_rank("all_reduce", "8", 2), "nbytes must be a non-negative, finite number"),
+    (lambda: ring_bytes_per_rank("all_reduce", 10 ** 400, 2), "nbytes must be a non-negative, finite number"),
     (lambda: ring_bytes_per_rank(None, 8, 2), "collective must be one of"),
     (lambda: ring_bytes_per_rank(["all_reduce"], 8, 2), "collective must be one of"),
 ])

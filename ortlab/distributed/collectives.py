@@ -28,7 +28,6 @@ draws the snapshots of every rank as a grid (ranks x steps), `format_collective`
 (`all_reduce`, `reduce_scatter_tensor`, `all_gather_into_tensor`, `all_to_all_single` with uneven splits)
 on the same data, plus gloo's capability errors and bad input, for one launch.
 """
-import math
 import numbers
 
 import torch
@@ -418,11 +417,12 @@ def ring_bytes_per_rank(collective, nbytes, world_size):
     factors = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1}
     if not isinstance(collective, str) or collective not in factors:
         raise CollectiveError(f"collective must be one of {sorted(factors)}, got {collective!r}")
-    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Real) or not 0 <= nbytes < math.inf:
-        raise CollectiveError(f"nbytes must be a non-negative, finite number of bytes (tensor.numel() * "
-                              f"tensor.element_size()), got {nbytes!r}")
-    if isinstance(world_size, bool) or not isinstance(world_size, numbers.Integral) or world_size < 1:
-        raise CollectiveError(f"world_size must be a positive int (the number of ranks), got {world_size!r}")
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Real) or not 0 <= nbytes < 2.0 ** 63:
+        raise CollectiveError(f"nbytes must be a non-negative, finite number of bytes below 2**63 "
+                              f"(tensor.numel() * tensor.element_size()), got {nbytes!r}")
+    if isinstance(world_size, bool) or not isinstance(world_size, numbers.Integral) or not 1 <= world_size < 2 ** 31:
+        raise CollectiveError(f"world_size must be a positive int (the number of ranks, an int32 in NCCL and "
+                              f"gloo), got {world_size!r}")
     return factors[collective] * (world_size - 1) * nbytes / world_size
 
 

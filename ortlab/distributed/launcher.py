@@ -119,6 +119,15 @@ def _positive_int(value, what):
     return int(value)
 
 
+def _check_threads(threads_per_rank):
+    """At most one thread per core in each rank: more only wait for each other (torchrun sets 1)."""
+    if threads_per_rank > cores():
+        raise LaunchError(f"threads_per_rank={threads_per_rank} is more than the {cores()} cores this process may "
+                          f"run on: a rank's extra threads would only wait for a core; use 1 (torchrun's default) "
+                          f"up to {cores()}")
+    return threads_per_rank
+
+
 def _check_timeout(timeout):
     """A finite number of seconds in (0, MAX_TIMEOUT_S]: the launcher waits that long, and the ranks' own
     watchdogs and process group timeouts are derived from it (an infinite wait cannot be scheduled)."""
@@ -600,7 +609,7 @@ def launch(fn, world_size=2, args=(), timeout=60, backend=None, threads_per_rank
     _check_not_bootstrapping()
     _check_main_path()
     world_size = _positive_int(world_size, "world_size")
-    threads_per_rank = _positive_int(threads_per_rank, "threads_per_rank")
+    threads_per_rank = _check_threads(_positive_int(threads_per_rank, "threads_per_rank"))
     timeout = _check_timeout(timeout)
     job = _pickle_job(fn, _check_args(args))
     backend = choose_backend(backend, world_size)

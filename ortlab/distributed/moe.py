@@ -53,10 +53,15 @@ def expert_capacity(num_tokens, num_experts, k, capacity_factor):
             or not 0 < capacity_factor < math.inf):
         raise MoEError(f"capacity_factor must be a positive number, finite (1.0-2.0 is usual; "
                        f"{num_experts / k:g} lets one expert take every token), got {capacity_factor!r}")
-    capacity = k * num_tokens * capacity_factor / num_experts
+    try:
+        capacity = k * num_tokens * capacity_factor / num_experts
+    except OverflowError:  # an int too large for a float
+        capacity = math.inf
     if not math.isfinite(capacity):
-        raise MoEError(f"capacity_factor={capacity_factor!r} makes the capacity overflow; use at most "
-                       f"{num_experts / k:g}, which already lets one expert take every token")
+        hint = (f"a capacity_factor of {num_experts / k:g} already lets one expert take every token"
+                if capacity_factor > num_experts / k else "split the tokens into groups")
+        raise MoEError(f"the capacity k * num_tokens * capacity_factor / num_experts overflows a float "
+                       f"(capacity_factor={capacity_factor!r}); {hint}")
     return max(1, math.ceil(capacity))
 
 

@@ -32,8 +32,9 @@ Differences from DeepSpeed, on purpose for reading: one flat buffer (no buckets)
 `step()` for stages 1 and 2 and at the end of backward for stage 3 (not overlapped with backward), fp32
 (no fp16 copies). Frozen parameters (requires_grad=False) and buffers stay whole on every rank, broadcast
 from rank 0 once, as DDP's constructor does; before that, every rank's parameter shapes, stage and optimizer
-are compared (one all_gather_object, not counted in `comm`), so a rank with another model is named. A parameter that gets no gradient in a step counts as a zero
-gradient (as in DeepSpeed and FSDP; torch's Adam on one process would skip it).
+are compared (one all_gather_object, not counted in `comm`), so a rank with another model is named. A
+parameter that gets no gradient in a step counts as a zero gradient (as in DeepSpeed and FSDP; torch's Adam
+on one process would skip it).
 """
 import contextlib
 import copy
