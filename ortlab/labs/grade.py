@@ -19,7 +19,6 @@ The learner's notebook is copied into a temporary folder, which is the kernel's 
 so a cell that writes, overwrites or deletes files beside the notebook touches only the copy.
 The learner's file is read once and never written.
 """
-import json
 import os
 import re
 import secrets

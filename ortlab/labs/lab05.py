@@ -20,9 +20,8 @@ import triton
 
 from ortlab.errors import OrtlabError
 from ortlab.onnx_defs import MS_DOMAIN as MS, op_key, op_name
-from ortlab.kernels import KERNELS, get_kernel, launch, op_test, register_kernel
+from ortlab.kernels import get_kernel, launch, op_test, register_kernel
 from ortlab.kernels.executor import to_device
-from ortlab.kernels.op_tester import OpTestFailure
 from ortlab.kernels.ops.gelu import GeluGrad
 from ortlab.labs.checks import CheckFailed, describe, judge
 from ortlab.labs.remote import learner, probe

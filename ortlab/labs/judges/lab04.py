@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 from onnx import defs, helper
 
-from ortlab.labs.checks import CheckFailed, compare
+from ortlab.labs.checks import compare
 from ortlab.labs.judges.lab01 import run_in_ort
 from ortlab.labs.lab04 import DOMAIN, OP, model_using, register, schema_data
 from ortlab.labs.remote import Opaque, call
