@@ -245,3 +245,89 @@ def test_without_a_timeout_the_launch_runs_in_this_process(block_sum):
     x, out = np.arange(512, dtype=np.float32), np.zeros(2, np.float32)
     cpu.launch(block_sum, 2, 256, x, out, 512, timeout=None)
     np.testing.assert_array_equal(out, x.reshape(2, 256).sum(axis=1))
+
+
+# Warp operations. Expected values follow the CUDA C++ Programming Guide's definitions (section
+# "Warp Shuffle Functions"), written here in numpy: lanes in groups of `width`; shfl reads lane
+# srcLane modulo width of the group; up/down read lane -/+ delta and keep their own value past the
+# group's edge; xor reads lane ^ laneMask and keeps its own value when that lies in a later group.
+LANES = r"""
+extern "C" __global__ void lanes(const int* x, int* down, int* up, int* xr, int* idx, unsigned* bal, int width) {
+  int t = threadIdx.x;
+  int v = x[t];
+  down[t] = __shfl_down_sync(0xffffffff, v, 3, width);
+  up[t] = __shfl_up_sync(0xffffffff, v, 2, width);
+  xr[t] = __shfl_xor_sync(0xffffffff, v, 5, width);
+  idx[t] = __shfl_sync(0xffffffff, v, 7, width);
+  bal[t] = __ballot_sync(0xffffffff, v % 3 == 0);
+}
+"""
+
+
+def guide_shuffles(x, width):
+    lane = np.arange(x.size) % 32
+    warp = np.arange(x.size) // 32 * 32
+    group = lane // width * width
+    down = np.where(lane - group + 3 < width, lane + 3, lane)
+    up = np.where(lane - group >= 2, lane - 2, lane)
+    xr = np.where((lane ^ 5) >= group + width, lane, lane ^ 5)
+    idx = group + 7 % width
+    bits = (x % 3 == 0).reshape(-1, 32) * (1 << np.arange(32, dtype=np.uint64))
+    ballot = np.repeat(bits.sum(axis=1), 32).astype(np.uint32)
+    return [x[warp + down], x[warp + up], x[warp + xr], x[warp + idx], ballot]
+
+
+@pytest.mark.parametrize("width", [32, 8, 4, 1])
+def test_warp_shuffles_follow_the_programming_guide(width):
+    kernel = cpu.cpu_kernel(LANES, "lanes")
+    x = np.random.default_rng(width).integers(-1000, 1000, size=64).astype(np.int32)
+    outs = [np.zeros(64, np.int32) for _ in range(4)] + [np.zeros(64, np.uint32)]
+    cpu.launch(kernel, 1, 64, x, *outs, width)
+    for got, expected in zip(outs, guide_shuffles(x, width)):
+        np.testing.assert_array_equal(got, expected)
+
+
+# A block sum the way ORT's CUDA reductions do it: a warp reduction by __shfl_xor_sync, one
+# partial per warp in shared memory, then the first warp reduces the partials.
+WARP_SUM = r"""
+extern "C" __global__ void warp_sum(const float* x, float* out, int n) {
+  __shared__ float partial[32];
+  float v = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) v += x[blockIdx.x * n + i];
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, v, offset);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    v = threadIdx.x < blockDim.x / 32 ? partial[threadIdx.x] : 0.0f;
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffff, v, offset);
+    if (threadIdx.x == 0) out[blockIdx.x] = v;
+  }
+}
+"""
+
+
+def test_a_warp_shuffle_reduction_matches_numpy_in_both_schedules():
+    kernel = cpu.cpu_kernel(WARP_SUM, "warp_sum")
+    x = np.random.default_rng(0).integers(-50, 50, size=(3, 1000)).astype(np.float32)  # exact sums
+    out = np.zeros(3, np.float32)
+    cpu.launch(kernel, 3, 128, x, out, 1000)
+    np.testing.assert_array_equal(out, x.sum(axis=1))
+    assert cpu.schedule_differences(kernel, 3, 128, x, out, 1000) == []
+    ptx = cuda.compile(WARP_SUM, "sm_80").ptx
+    assert "shfl.sync.bfly" in ptx and "shfl.sync.down" in ptx
+
+
+@pytest.mark.parametrize("body, block, message", [
+    ("if (threadIdx.x < 16) y[threadIdx.x] = __shfl_xor_sync(0xffffffff, 1.0f, 1);", 32,
+     r"waits at __shfl_xor_sync while thread 31 of its warp has returned"),
+    ("y[threadIdx.x] = __shfl_xor_sync(0x0000ffff, 1.0f, 1);", 32, r"mask 0x0000ffff, which leaves out lanes"),
+    ("y[threadIdx.x] = __shfl_xor_sync(0xffffffff, 1.0f, 16);", 48,
+     r"thread \(32, 0, 0\) .*lane 0 reads lane 16, which is not a thread of this block"),
+    ("y[threadIdx.x] = threadIdx.x % 2 ? __shfl_xor_sync(0xffffffff, 1.0f, 1) : "
+     "__shfl_down_sync(0xffffffff, 1.0f, 1);", 32, r"a warp's threads must meet at the same operation"),
+    ("y[threadIdx.x] = __shfl_down_sync(0xffffffff, 1.0f, 1, 12);", 32, r"width 12: width must be a power of 2"),
+])
+def test_warp_operations_the_runner_does_not_model_are_refused(body, block, message):
+    kernel = cpu.cpu_kernel(f'extern "C" __global__ void w(float* y) {{ {body} }}', "w")
+    with pytest.raises(OrtlabError, match=message):
+        cpu.launch(kernel, 1, block, np.zeros(block, np.float32))

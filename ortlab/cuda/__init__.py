@@ -13,7 +13,8 @@ on a CPU-only machine and read what the GPU would be handed:
                                                 as plain data (archs.py)
 
     cpu_kernel(source, name)                    the same source compiled by g++ for the CPU runner
-    launch(kernel, grid, block, *args)          run it on numpy arrays, bounds-checked, deterministic
+    launch(kernel, grid, block, *args)          run it on numpy arrays, bounds-checked, deterministic,
+                                                in a child process stopped after `timeout` s
     schedule_differences(kernel, grid, ...)     the arrays a race between two barriers changes (cpu.py)
 
 Design of the CPU runner (cpu.py, cpu_cuda.h)
@@ -41,7 +42,22 @@ around `__syncthreads()`.
   outside it stops the launch with the thread, block, parameter and index instead of corrupting
   memory. Fixed-size arrays (`__shared__` and local) are checked by GCC's -fsanitize=bounds, whose
   handler (defined in the header, not libubsan) reports the source line.
-- Not modelled: warps (`__shfl_sync`, `__ballot_sync`), memory fences, streams, textures, timing.
+- Warps: the warp operations `__shfl_sync`, `__shfl_up_sync`, `__shfl_down_sync`, `__shfl_xor_sync`,
+  `__syncwarp`, `__ballot_sync`, `__any_sync`, `__all_sync` are barriers of the thread's warp (32
+  consecutive threads in x-fastest order): a thread leaves its value and waits; once all of the
+  warp's threads wait at the same operation, every lane's result is computed at once and they go on.
+  Modelled with the Programming Guide's rules for `width` and lanes past a group's edge. Refused with
+  an OrtlabError: a mask that leaves out a present lane (partial-warp operations are not modelled), a
+  warp whose threads meet at different operations or where one returned or waits at
+  `__syncthreads()`, a lane reading a lane the block does not have. Outside warp operations the
+  threads of a warp run one after another like any others (no lock-step execution is modelled).
+- Time limit: `launch` runs the kernel in a forked child process that holds copies of the arrays in
+  a shared mapping, and kills it after `timeout` seconds (10 by default): native code that never
+  returns cannot be stopped inside this process (a thread cannot be killed), a process can. The
+  fork costs tens of milliseconds (more in a process that has imported torch); `timeout=None` runs
+  in-process. A kernel that crashes the child (a thread's locals past its 128 KiB stack) is an error.
+- Not modelled: partial-warp masks, `__match_*`/`__reduce_*_sync`, cooperative groups, memory fences
+  and the memory model, streams, textures, timing.
 """
 from ortlab.cuda.archs import ARCHS, ArchLimits, arch_limits
 from ortlab.cuda.compiler import CompileResult, clear_cache, compile

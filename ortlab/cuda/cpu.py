@@ -2,7 +2,7 @@
 
 `cpu_kernel(source, name)` compiles the kernel's unchanged source with g++ after `cpu_cuda.h`, a
 header that maps CUDA's built-ins (threadIdx, blockIdx, blockDim, gridDim, __shared__,
-__syncthreads, atomics) onto coroutines of one CPU thread. Two rewrites make it checkable: each
+__syncthreads, warp shuffles, atomics) onto coroutines of one CPU thread. Two rewrites make it checkable: each
 pointer parameter becomes `ortlab_cpu::ptr<T>`, which knows its array's size, and
 `extern __shared__ T name[]` becomes such a pointer to the launch's dynamic shared memory;
 fixed-size arrays are checked by GCC's -fsanitize=bounds. One shared library per (source, name),
@@ -13,7 +13,10 @@ thread order (or reversed: schedule="reverse"), until its next __syncthreads() o
 result never depends on the run, and a race between two barriers shows as a difference between the
 two schedules (`schedule_differences`). An index outside an array, or a thread that returns while
 others wait at a barrier, stops the launch with an OrtlabError naming the thread and block.
-This is a teaching tool for correctness, not a timing model: warps, warp shuffles, memory fences and
+Warp operations (__shfl_*_sync, __syncwarp, __ballot_sync) are barriers of the thread's warp,
+full-warp masks only (cpu_cuda.h, warp_op). A launch runs in a forked child process killed after
+`timeout` seconds, so a kernel that never returns ends in an OrtlabError.
+This is a teaching tool for correctness, not a timing model: lock-step warps, memory fences and
 the GPU's real interleavings are not modelled.
 """
 import ctypes

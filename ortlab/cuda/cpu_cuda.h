@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <vector>
 #include <ucontext.h>
 
@@ -38,7 +39,10 @@ constexpr int warpSize = 32;
 
 namespace ortlab_cpu {
 
-enum State { READY, AT_BARRIER, DONE };
+enum State { READY, AT_BARRIER, AT_WARP, DONE };
+enum WarpOp { SHFL, SHFL_UP, SHFL_DOWN, SHFL_XOR, SYNCWARP, BALLOT };
+constexpr const char* kWarpOpNames[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
+                                        "__shfl_xor_sync", "__syncwarp", "__ballot_sync"};
 constexpr std::size_t kStackBytes = 128 * 1024;  // a thread's locals live here
 
 struct Launch {
@@ -51,6 +55,11 @@ struct Launch {
   bool failed = false;
   char error[512] = {0};
   std::vector<char> dynamic_shared;
+  // a warp operation: what each thread brought to it, and what it takes away
+  struct WarpCall { WarpOp op; unsigned mask; unsigned long long value; int arg, width; unsigned seq; };
+  std::vector<WarpCall> warp_calls;
+  std::vector<unsigned long long> warp_results;
+  std::vector<unsigned> warp_seq;  // how many warp operations each thread has reached in this block
 };
 
 inline Launch* launch_state = nullptr;
@@ -70,6 +79,25 @@ inline void syncthreads() {
   Launch& L = *launch_state;
   L.states[L.current] = AT_BARRIER;
   swapcontext(&L.contexts[L.current], &L.scheduler);
+}
+
+// A warp operation: the thread leaves its value and waits until every thread of its warp has
+// reached a warp operation; the scheduler then computes every lane's result at once (so no lane
+// reads a value that a faster lane has already replaced) and resumes them.
+template <class T>
+T warp_op(WarpOp op, unsigned mask, T value, int arg, int width) {
+  static_assert(std::is_trivially_copyable<T>::value && sizeof(T) <= 8,
+                "the CPU runner's warp operations take values of at most 8 bytes");
+  Launch& L = *launch_state;
+  const int t = L.current;
+  unsigned long long bits = 0;
+  std::memcpy(&bits, &value, sizeof(T));
+  L.warp_calls[t] = {op, mask, bits, arg, width, L.warp_seq[t]++};
+  L.states[t] = AT_WARP;
+  swapcontext(&L.contexts[t], &L.scheduler);
+  T result;
+  std::memcpy(&result, &L.warp_results[t], sizeof(T));
+  return result;
 }
 
 // A pointer parameter that knows how many elements its array has.
@@ -114,6 +142,83 @@ inline void trampoline() {
   L.states[L.current] = DONE;  // uc_link returns to the scheduler
 }
 
+inline bool warp_fail(Launch& L, const char* what) {
+  std::snprintf(L.error, sizeof L.error, "thread (%u, %u, %u) of block (%u, %u, %u): %s", threadIdx.x, threadIdx.y,
+                threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z, what);
+  L.failed = true;
+  return false;
+}
+
+// Complete the warp operations that all present lanes of a warp have reached: true if any was.
+// `strict`: a warp some of whose lanes wait at an operation while others cannot reach it is an error.
+inline bool release_warps(Launch& L, int n, dim3 block, bool strict) {
+  bool released = false;
+  char what[400];
+  for (int first = 0; first < n && !L.failed; first += 32) {
+    const int lanes = n - first < 32 ? n - first : 32;
+    int waiting = -1, other = -1;
+    for (int t = first; t < first + lanes; ++t) (L.states[t] == AT_WARP ? waiting : other) = t;
+    if (waiting < 0) continue;
+    threadIdx = {waiting % block.x, (waiting / block.x) % block.y, waiting / (block.x * block.y)};
+    const Launch::WarpCall& w = L.warp_calls[waiting];
+    if (other >= 0) {
+      if (!strict) continue;
+      std::snprintf(what, sizeof what, "waits at %s while thread %d of its warp %s (every thread of a warp "
+                    "must reach each warp operation: the CPU runner models full-warp operations only)",
+                    kWarpOpNames[w.op], other,
+                    L.states[other] == DONE ? "has returned" : "waits at __syncthreads()");
+      return warp_fail(L, what);
+    }
+    const unsigned present = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
+    for (int t = first; t < first + lanes; ++t) {
+      const Launch::WarpCall& c = L.warp_calls[t];
+      if (c.op != w.op || c.seq != w.seq) {
+        std::snprintf(what, sizeof what, "reached %s (its warp operation number %u) while thread %d of its warp "
+                      "reached %s (number %u): a warp's threads must meet at the same operation",
+                      kWarpOpNames[w.op], w.seq + 1, t, kWarpOpNames[c.op], c.seq + 1);
+        return warp_fail(L, what);
+      }
+      if ((c.mask & present) != present) {
+        std::snprintf(what, sizeof what, "%s with mask 0x%08x, which leaves out lanes of its warp: the CPU "
+                      "runner models full-warp operations only (every present lane in the mask)",
+                      kWarpOpNames[c.op], c.mask);
+        threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+        return warp_fail(L, what);
+      }
+      if (c.op != SYNCWARP && c.op != BALLOT && (c.width < 1 || c.width > 32 || (c.width & (c.width - 1)))) {
+        std::snprintf(what, sizeof what, "%s with width %d: width must be a power of 2 from 1 to 32",
+                      kWarpOpNames[c.op], c.width);
+        threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+        return warp_fail(L, what);
+      }
+    }
+    unsigned long long ballot = 0;
+    for (int t = first; t < first + lanes; ++t) if (L.warp_calls[t].value) ballot |= 1ull << (t - first);
+    for (int t = first; t < first + lanes; ++t) {
+      const Launch::WarpCall& c = L.warp_calls[t];
+      const int lane = t - first, group = lane / (c.width > 0 ? c.width : 32) * c.width;
+      int src = lane;
+      switch (c.op) {
+        case SHFL: src = group + ((c.arg % c.width) + c.width) % c.width; break;
+        case SHFL_UP: src = lane - group >= c.arg ? lane - c.arg : lane; break;
+        case SHFL_DOWN: src = lane - group + c.arg < c.width ? lane + c.arg : lane; break;
+        case SHFL_XOR: src = lane ^ c.arg; if (src >= group + c.width) src = lane; break;
+        default: break;
+      }
+      if (src < 0 || src >= lanes) {
+        std::snprintf(what, sizeof what, "%s: lane %d reads lane %d, which is not a thread of this block "
+                      "(its last warp has %d threads)", kWarpOpNames[c.op], lane, src, lanes);
+        threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+        return warp_fail(L, what);
+      }
+      L.warp_results[t] = c.op == BALLOT ? ballot : L.warp_calls[first + src].value;
+    }
+    for (int t = first; t < first + lanes; ++t) L.states[t] = READY;
+    released = true;
+  }
+  return released;
+}
+
 // Run `body` as every thread of every block; 0 on success, 1 with `error` filled on a failure.
 inline int run(dim3 grid, dim3 block, int reverse, std::size_t shared_bytes, std::function<void()> body,
                char* error, int error_size) {
@@ -125,6 +230,8 @@ inline int run(dim3 grid, dim3 block, int reverse, std::size_t shared_bytes, std
   L.contexts.resize(n);
   L.states.resize(n);
   L.stacks.resize(n);
+  L.warp_calls.resize(n);
+  L.warp_results.resize(n);
   for (auto& stack : L.stacks) stack.reset(new char[kStackBytes]);
   gridDim = grid;
   blockDim = block;
@@ -140,14 +247,18 @@ inline int run(dim3 grid, dim3 block, int reverse, std::size_t shared_bytes, std
           makecontext(&L.contexts[t], trampoline, 0);
           L.states[t] = READY;
         }
+        L.warp_seq.assign(n, 0);
         for (int barrier = 0; !L.failed; ++barrier) {
-          for (int k = 0; k < n && !L.failed; ++k) {
-            int t = reverse ? n - 1 - k : k;
-            if (L.states[t] != READY) continue;
-            L.current = t;
-            threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-            swapcontext(&L.scheduler, &L.contexts[t]);
-          }
+          do {  // run every ready thread to its next barrier; then complete the warp operations reached
+            for (int k = 0; k < n && !L.failed; ++k) {
+              int t = reverse ? n - 1 - k : k;
+              if (L.states[t] != READY) continue;
+              L.current = t;
+              threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+              swapcontext(&L.scheduler, &L.contexts[t]);
+            }
+          } while (!L.failed && release_warps(L, n, block, false));
+          if (!L.failed) release_warps(L, n, block, true);  // a warp still waiting can never complete
           if (L.failed) break;
           int done = 0, waiting = -1, finished = -1;
           for (int t = 0; t < n; ++t) {
@@ -197,6 +308,30 @@ extern "C" void __ubsan_handle_out_of_bounds_abort(ortlab_cpu::OutOfBoundsData* 
 }
 
 inline void __syncthreads() { ortlab_cpu::syncthreads(); }
+
+// Warp operations: each is a barrier of the thread's warp (32 consecutive threads of the block's
+// x-fastest order), as on the GPU for a full mask; see ortlab_cpu::warp_op.
+template <class T> T __shfl_sync(unsigned mask, T v, int src, int width = warpSize) {
+  return ortlab_cpu::warp_op(ortlab_cpu::SHFL, mask, v, src, width);
+}
+template <class T> T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = warpSize) {
+  return ortlab_cpu::warp_op(ortlab_cpu::SHFL_UP, mask, v, (int)delta, width);
+}
+template <class T> T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = warpSize) {
+  return ortlab_cpu::warp_op(ortlab_cpu::SHFL_DOWN, mask, v, (int)delta, width);
+}
+template <class T> T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = warpSize) {
+  return ortlab_cpu::warp_op(ortlab_cpu::SHFL_XOR, mask, v, lane_mask, width);
+}
+inline void __syncwarp(unsigned mask = 0xffffffffu) { ortlab_cpu::warp_op(ortlab_cpu::SYNCWARP, mask, 0, 0, 32); }
+inline unsigned __ballot_sync(unsigned mask, int predicate) {
+  return (unsigned)ortlab_cpu::warp_op(ortlab_cpu::BALLOT, mask, (unsigned long long)(predicate != 0), 0, 32);
+}
+inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
+inline int __all_sync(unsigned mask, int predicate) {
+  unsigned b = __ballot_sync(mask, predicate);
+  return b == __ballot_sync(mask, 1);
+}
 
 // Atomics: threads never run at the same time here, so a read-modify-write is atomic.
 template <class T> T atomicAdd(T* a, T v) { T old = *a; *a = old + v; return old; }
