@@ -300,6 +300,21 @@ def not_where(opset=15, readers="one"):
     return make_model(graph, opset=opset, domains=())
 
 
+def rms_norm(form="div", scale_shape=(4,), axis=-1, shared=False):
+    """x / sqrt(mean(x^2, axis) + eps) * w on x [2, 3, 4]; form 'reciprocal' multiplies by
+    Reciprocal(sqrt) instead; shared makes the Div's output a graph output too."""
+    nodes = [h("Pow", ["x", "two"], ["x2"]), h("ReduceMean", ["x2"], ["ms"], axes=[axis]),
+             h("Add", ["ms", "eps"], ["mse"]), h("Sqrt", ["mse"], ["rms"])]
+    if form == "div":
+        nodes.append(h("Div", ["x", "rms"], ["n"]))
+    else:
+        nodes += [h("Reciprocal", ["rms"], ["inv"]), h("Mul", ["x", "inv"], ["n"])]
+    nodes.append(h("Mul", ["n", "w"], ["y"]))
+    w = np.linspace(0.5, 1.5, int(np.prod(scale_shape))).astype(np.float32).reshape(scale_shape)
+    return model(nodes, [("x", [2, 3, 4])], ["y"] + (["n"] if shared else []),
+                 [("two", f32(2.0)), ("eps", f32(1e-6)), ("w", w)])
+
+
 # (case id, model builder, ortlab's graph equals ORT's?) -- where not, the test named says why
 CASES = [
     ("scale-rank0-input", scale_rank0_input, True),
@@ -377,6 +392,11 @@ CASES = [
     ("notwhere-opset17-where16", lambda: not_where(opset=17), True),
     ("notwhere-two-wheres", lambda: not_where(readers="two"), True),
     ("notwhere-not-also-cast", lambda: not_where(readers="cast"), True),
+    ("rmsnorm", rms_norm, True),
+    ("rmsnorm-reciprocal", lambda: rms_norm(form="reciprocal"), True),
+    ("rmsnorm-2d-scale", lambda: rms_norm(scale_shape=(3, 4)), True),
+    ("rmsnorm-axis-1", lambda: rms_norm(axis=1), True),
+    ("rmsnorm-div-shared", lambda: rms_norm(shared=True), True),
 ]
 
 

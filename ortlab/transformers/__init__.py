@@ -24,6 +24,7 @@ from ortlab.transformers.matmul_fusions import (GemmActivationFusion, MatMulAddF
                                                 MatMulScaleFusion, MatmulTransposeFusion)
 from ortlab.transformers.gelu_fusion import BiasGeluFusion, GeluFusion  # noqa: E402
 from ortlab.transformers.layer_norm_fusion import LayerNormFusion  # noqa: E402
+from ortlab.transformers.simplified_layer_norm_fusion import SimplifiedLayerNormFusion  # noqa: E402
 from ortlab.transformers.bias_fusions import BiasDropoutFusion, BiasSoftmaxFusion  # noqa: E402
 from ortlab.transformers.eliminations import (CastElimination, EliminateDropout,  # noqa: E402
                                               EliminateIdentity, NoopReshapeElimination)
@@ -37,7 +38,7 @@ __all__ = ["BiasDropoutFusion", "BiasGeluFusion", "BiasSoftmaxFusion", "CastElim
            "GeluFusion", "GemmActivationFusion", "GraphTransformer", "GraphTransformerManager", "LEVELS",
            "LayerNormFusion", "Match", "MatMulAddFusion", "MatMulScaleFusion", "MatmulTransposeFusion",
            "NoopElimination", "NoopReshapeElimination", "NotWhereFusion", "PatternFusion", "RewriteRule",
-           "RuleBasedGraphTransformer", "RuleEffect",
+           "RuleBasedGraphTransformer", "RuleEffect", "SimplifiedLayerNormFusion",
            "TransformerError", "TransformerRecord", "graph_utils", "known_names", "optimize",
            "optimize_for_training", "ort_pre_training_table", "pre_training_transformers",
            "register_rule", "register_transformer", "unregister"]

@@ -19,6 +19,7 @@ from ortlab.transformers.layer_norm_fusion import LayerNormFusion
 from ortlab.transformers.manager import GraphTransformerManager
 from ortlab.transformers.noop_elimination import NoopElimination
 from ortlab.transformers.not_where_fusion import NotWhereFusion
+from ortlab.transformers.simplified_layer_norm_fusion import SimplifiedLayerNormFusion
 
 # ORT 1.19's list, in order, and the ortlab class for each where ortlab has one.
 ORT_PRE_TRAINING_TRANSFORMERS = [
@@ -31,7 +32,7 @@ ORT_PRE_TRAINING_TRANSFORMERS = [
     ("CommonSubexpressionElimination", "CommonSubexpressionElimination"),
     ("GeluFusion", "GeluFusion"),
     ("SimplifiedLayerNormFusion, FastGeluFusion, QuickGeluFusion, SoftmaxCrossEntropyLossInternalFusion, "
-     "GatherToSplitFusion, GatherToSliceFusion", "-"),
+     "GatherToSplitFusion, GatherToSliceFusion", "SimplifiedLayerNormFusion"),
     ("BiasGeluFusion (CUDA/ROCm only)", "-"),
     ("ConstantFolding (trainable weights excluded)", "ConstantFolding"),
     ("ReshapeFusion, ShapeOptimizer, ConcatSliceElimination, recompute, cast propagation, "
@@ -50,7 +51,7 @@ def pre_training_transformers(weights_to_train=(), steps=5):
     rules = RuleBasedGraphTransformer("Level1_RuleBasedTransformer", [
         CastElimination(), NoopElimination(excluded), DivMulFusion(excluded), EliminateDropout(), NotWhereFusion()])
     for transformer in (ConstantSharing(excluded), LayerNormFusion(), CommonSubexpressionElimination(),
-                        GeluFusion(), ConstantFolding(excluded), rules):
+                        GeluFusion(), SimplifiedLayerNormFusion(), ConstantFolding(excluded), rules):
         manager.register(transformer, level=1)
     return manager
 
