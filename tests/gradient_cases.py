@@ -180,4 +180,10 @@ CASES += [
          lambda a, w, b: tf.conv2d(a, w, b, stride=2, padding=1, groups=2),
          {"group": 2, "strides": [2, 2], "pads": [1, 1, 1, 1]}, id="Conv"),
     Case("GlobalAveragePool", [x(2, 3, 4, 5)], lambda a: a.mean((2, 3), keepdim=True), id="GlobalAveragePool"),
+    # distinct values far apart, so central differences never cross from one maximum to another
+    Case("MaxPool", [(rng.permutation(84).reshape(1, 2, 7, 6).astype(np.float32) * 0.1, True)],
+         lambda a: tf.max_pool2d(a, 3, 2, padding=1),
+         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, id="MaxPool"),
+    Case("AveragePool", [x(1, 2, 7, 6)], lambda a: tf.avg_pool2d(a, 3, 2, padding=1, count_include_pad=False),
+         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, id="AveragePool"),
 ]

@@ -86,10 +86,36 @@ CASES += [
          conv(), id="Conv-x-only"),
     Case("Conv", [const(rng.standard_normal((1, 2, 4, 4)).astype(np.float32)), x(3, 2, 2, 2)],
          conv(), id="Conv-w-only"),
+    Case("MaxPool", [x(2, 3, 6, 6)], lambda a: tf.max_pool2d(a, 2, 2), {"kernel_shape": [2, 2], "strides": [2, 2]},
+         id="MaxPool"),
+    Case("MaxPool", [x(1, 2, 7, 7)], lambda a: tf.max_pool2d(a, 3, 1), {"kernel_shape": [3, 3]}, id="MaxPool-overlap"),
+    Case("MaxPool", [x(1, 2, 7, 6)], lambda a: tf.max_pool2d(a, 3, 2, padding=1),
+         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, id="MaxPool-pads"),
+    Case("MaxPool", [x(1, 2, 7, 7)], lambda a: tf.max_pool2d(a, 2, 2, ceil_mode=True),
+         {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}, id="MaxPool-ceil"),
+    Case("MaxPool", [x(1, 2, 8, 8)], lambda a: tf.max_pool2d(a, 2, 1, dilation=2),
+         {"kernel_shape": [2, 2], "dilations": [2, 2]}, id="MaxPool-dilations"),
+    Case("MaxPool", [x(2, 3, 9)], lambda a: tf.max_pool1d(a, 3, 2), {"kernel_shape": [3], "strides": [2]}, id="MaxPool-1d"),
+    Case("AveragePool", [x(2, 3, 6, 6)], lambda a: tf.avg_pool2d(a, 2, 2), {"kernel_shape": [2, 2], "strides": [2, 2]},
+         id="AveragePool"),
+    Case("AveragePool", [x(1, 2, 7, 6)], lambda a: tf.avg_pool2d(a, 3, 2, padding=1, count_include_pad=False),
+         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, id="AveragePool-pads"),
+    Case("AveragePool", [x(1, 2, 7, 6)], lambda a: tf.avg_pool2d(a, 3, 2, padding=1, count_include_pad=True),
+         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+         id="AveragePool-pads-counted"),
+    Case("AveragePool", [x(1, 2, 7, 7)], lambda a: tf.avg_pool2d(a, 3, 1), {"kernel_shape": [3, 3]}, id="AveragePool-overlap"),
+    Case("AveragePool", [x(1, 2, 7, 7)], lambda a: tf.avg_pool2d(a, 2, 2, ceil_mode=True),
+         {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}, id="AveragePool-ceil"),
+    Case("AveragePool", [x(2, 3, 9)], lambda a: tf.avg_pool1d(a, 3, 2), {"kernel_shape": [3], "strides": [2]},
+         id="AveragePool-1d"),
     Case("GlobalAveragePool", [x(2, 3, 4, 5)], lambda a: a.mean((2, 3), keepdim=True), id="GlobalAveragePool"),
     Case("GlobalAveragePool", [x(2, 3, 7)], lambda a: a.mean(2, keepdim=True), id="GlobalAveragePool-1d"),
 ]
 
+
+# MaxPoolGrad and AveragePoolGrad have no reference kernel: they read dX's shape from the graph's
+# static shapes (ORT's kernels do the same), which an onnx.reference op never sees.
+NO_REFERENCE_KERNEL = ("MaxPoolGrad", "AveragePoolGrad")
 
 # Forward nodes onnx.reference gets wrong (ORT runs them): its GatherElements
 # (onnx/reference/ops/op_gather_elements.py) slices the shapes with a negative axis as given and
@@ -130,7 +156,10 @@ def test_gradient_equals_torch_in_ort_and_in_ortlabs_kernels(case):
     expected = case.torch_gradients()
     ours = build_gradient_graph(model, case.x_names, "loss")
     assert_gradients(run(ours, case.feeds), expected, case.x_names, "ortlab's graph in ORT")
-    if case.id in REFERENCE_FORWARD_FAILS:  # the forward op, not the gradient, fails there
+    if case.op in ("MaxPool", "AveragePool"):
+        with pytest.raises(Exception, match="Grad"):  # no reference kernel: see NO_REFERENCE_KERNEL
+            reference_run(ours, case.feeds)
+    elif case.id in REFERENCE_FORWARD_FAILS:  # the forward op, not the gradient, fails there
         with pytest.raises(Exception, match=REFERENCE_FORWARD_FAILS[case.id]):
             reference_run(ours, case.feeds)
     else:
@@ -150,10 +179,53 @@ def test_orts_builder_gives_torchs_gradient(case):
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.op in ("GatherElements", "LeakyRelu", "Tile", "Expand", "Conv",
-                                                                   "GlobalAveragePool")],
+                                                                   "GlobalAveragePool", "MaxPool", "AveragePool")],
                          ids=lambda c: c.id)
 def test_ortlab_emits_the_op_types_ort_emits(case):
     model = case.model()
     ours = {n.op_type for n in gradient_nodes(build_gradient_graph(model, case.x_names, "loss"), model)}
     theirs = {n.op_type for n in gradient_nodes(ort_gradient_graph(model, case.x_names, "loss"), model)}
     assert ours == theirs
+
+
+def pool_model(op, dims):
+    from onnx import helper
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node(op, ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("ReduceSum", ["y"], ["loss"], keepdims=0)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, dims)],
+                              [helper.make_tensor_value_info("loss", 1, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_every_gradient_value_carries_its_forward_values_type_and_shape_as_in_orts_graph():
+    """ORT's MaxPoolGrad takes dX's shape from the graph: an untyped gradient value once crashed
+    ORT's session (a segmentation fault) when ortlab's graph was loaded."""
+    model = pool_model("MaxPool", [2, 3, 6, 6])
+    ours, theirs = build_gradient_graph(model, ["x"], "loss"), ort_gradient_graph(model, ["x"], "loss")
+
+    def shapes(m):
+        infos = list(m.graph.value_info) + list(m.graph.output)
+        return {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in infos
+                if v.type.tensor_type.HasField("shape")}
+    pool_grad = [n.output[0] for n in ours.graph.node if n.op_type == "MaxPoolGrad"][0]
+    assert shapes(ours)[pool_grad] == [2, 3, 6, 6]
+    assert shapes(ours)["x_grad"] == shapes(theirs)["x_grad"] == [2, 3, 6, 6]
+    x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    xt = torch.tensor(x, requires_grad=True)
+    tf.max_pool2d(torch.relu(xt), 2, 2).sum().backward()
+    np.testing.assert_allclose(run(ours, {"x": x})["x_grad"], xt.grad.numpy())
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pooling_over_symbolic_shapes_is_refused_where_orts_graph_gives_an_empty_gradient(op):
+    from ortlab.gradients import GradientBuilderError
+
+    model = pool_model(op, ["N", "C", "H", "W"])
+    with pytest.raises(GradientBuilderError, match=f"{op}Grad\\) needs the static shape of X"):
+        build_gradient_graph(model, ["x"], "loss")
+    x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    theirs = run(ort_gradient_graph(model, ["x"], "loss"), {"x": x})
+    assert theirs["x_grad"].size == 0  # ORT 1.19.2: no error, an empty gradient

@@ -51,3 +51,31 @@ def get_globalaveragepool_gradient(b):
         scale = b.emit("Div", [b.emit("Size", [b.I(0)]), b.emit("Size", [b.O(0)])])
     scaled = b.emit("Scale", [b.GO(0), scale], domain=MS, scale_down=1)
     return [b.emit("Expand", [scaled, b.emit("Shape", [b.I(0)])], [b.GI(0)])]
+
+
+@register_gradient("MaxPool")
+def get_maxpool_gradient(b):
+    """dX = dY added at the position each window's maximum came from (the Indices output, added to
+    the forward node when absent). ORT: MaxPoolGrad (ORT's own op in the ONNX domain) with the
+    MaxPool's attributes."""
+    _require_static_shape(b)
+    return [b.emit("MaxPoolGrad", [b.GO(0), b.O(1)], [b.GI(0)], **b.node.attributes)]
+
+
+@register_gradient("AveragePool")
+def get_averagepool_gradient(b):
+    """dX = each window's dY / (its element count) spread over the window. ORT: AveragePoolGrad
+    (ORT's own op in the ONNX domain) with the AveragePool's attributes."""
+    _require_static_shape(b)
+    return [b.emit("AveragePoolGrad", [b.GO(0)], [b.GI(0)], **b.node.attributes)]
+
+
+def _require_static_shape(b):
+    """ORT's MaxPoolGrad and AveragePoolGrad take dX's shape from the graph, not from an input:
+    with a symbolic dimension ORT 1.19.2 returns an empty dX, silently. Refuse instead."""
+    shape = b.shape(b.I(0))
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        raise GradientBuilderError(
+            f"{b.node.op_type} {b.node.name!r}: its gradient ({b.node.op_type}Grad) needs the static shape "
+            f"of X, got {shape}; ORT's kernel reads dX's shape from the graph and returns an empty "
+            "tensor when a dimension is symbolic. Give the model's inputs fixed shapes")

@@ -6,6 +6,7 @@ Mirrors orttraining/orttraining/core/framework/gradient_graph_builder.h/.cc:
 - a seed `<loss>_grad = 1`, then each node's builder in reverse topological order,
 - contributions to one value from several consumers added by a Sum node (AccumulateGrad_<name>).
 """
+import copy
 from collections import deque
 from collections.abc import Mapping
 
@@ -135,6 +136,7 @@ class GradientGraphBuilder:
         self.graph.add_initializer(seed, np.ones(loss_type.shape or [], dtype=dtype))
         self.contributions = {self.loss: [seed]}
         self.grad_nodes, self.constants = [], {}
+        self.grad_of = {}  # gradient name -> the forward value it is the gradient of (same type and shape)
         order = [n for n in self.graph.topological_order() if n.index in relevant]
         for node in reversed(order):
             self._differentiate(node, values)
@@ -154,6 +156,7 @@ class GradientGraphBuilder:
         self.constants.update(b.initializers)
         for i in sorted(required):
             self.contributions.setdefault(node.inputs[i].name, []).append(grads[i])
+            self.grad_of.setdefault(grads[i], node.inputs[i].name)
 
     def _finish(self, value, final=None):
         """The name of `value`'s whole gradient: its one contribution, or their Sum.
@@ -167,6 +170,7 @@ class GradientGraphBuilder:
                 return parts[0]
             return self.unique(target)
         target = final or self.unique(f"{value}_grad")
+        self.grad_of[target] = value
         if len(parts) > 1:
             self.grad_nodes.append(onnx.helper.make_node("Sum", parts, [target], name=f"AccumulateGrad_{target}"))
         elif not self._rename_output(parts[0], target):
@@ -180,6 +184,8 @@ class GradientGraphBuilder:
             return False
         outputs = producers[0].output
         outputs[list(outputs).index(old)] = new
+        if old in self.grad_of:
+            self.grad_of[new] = self.grad_of.pop(old)
         return True
 
     def _assemble(self, x_grads):
@@ -193,8 +199,18 @@ class GradientGraphBuilder:
                                 domain=proto.domain, _attributes=proto.attribute)
         if any(n.domain == MS for n in self.graph.nodes()):
             self.graph.opset_imports.setdefault(MS, 1)
+        self._type_gradients()
         self.graph.outputs = [self.loss] + x_grads
         return self.graph.to_model()
+
+    def _type_gradients(self):
+        """Give every gradient the type and shape of its forward value where it has none, as
+        ORT's GradientGraphBuilder does; ORT's kernels that read their output's static shape
+        (MaxPoolGrad, AveragePoolGrad) crash the session without it."""
+        for grad, value in self.grad_of.items():
+            source, arg = self.graph.node_arg(value), self.graph.node_arg(grad)
+            if source is not None and source.type_proto is not None and arg is not None:
+                self.graph.get_or_create_node_arg(grad, copy.deepcopy(source.type_proto))
 
 
 def check_x_names(x_names, error=GradientGraphError):
