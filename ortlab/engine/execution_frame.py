@@ -31,6 +31,15 @@ def data_ptr(value):
     return None
 
 
+def const_view(value):
+    """A read-only view of a numpy array (its memory, not a copy); anything else as it is (a torch tensor
+    on a device EP has no read-only flag)."""
+    if isinstance(value, np.ndarray) and value.flags.writeable:
+        value = value.view()
+        value.flags.writeable = False
+    return value
+
+
 def shape_text(shape):
     """A shape as ORT prints it in its messages: {4,8}."""
     return "{" + ",".join(str(int(d)) for d in shape) + "}"
@@ -69,6 +78,11 @@ class ExecutionFrame:
         self.reuse = reuse                      # without the pattern: the allocation plan's kReuse (ReusePlan)
         self.buffers, self.owner = {}, {}       # buffer slot -> its bytes; value slot -> the buffer it lives in
         self.pending = dict(reuse.holders) if reuse is not None else {}
+        # inputs are const (ORT: OpKernelContext::Input is a const Tensor*): a value this run produced is made
+        # read-only in place when a node reads it (made writable again when fetched); a feed, a weight or a
+        # bound output is not the frame's to flag, and is read through a read-only view
+        self.not_owned = set(feeds) | set(state.initializers) | set(self.preplaced)
+        self.locked = set()
 
     def allocate(self, slot, shape, dtype, provider):
         """A buffer for value `slot` in `provider`'s memory: its place in the memory-pattern block when
@@ -198,5 +212,22 @@ class ExecutionFrame:
                 self.trace.append(("free", self.trace_position.pop(slot)))
         self.values[slot] = None
 
+    def const_input(self, slot):
+        """Value `slot` as a kernel's input: read-only (the frame's own array, flagged; another's, a view)."""
+        value = self.values[slot]
+        if not isinstance(value, np.ndarray) or not value.flags.writeable:
+            return value
+        if slot in self.not_owned:
+            return const_view(value)
+        value.flags.writeable = False
+        self.locked.add(slot)
+        return value
+
     def fetch(self, name):
-        return self.values[self.state.index_of[name]]
+        """A value by name, as the caller gets it: writable again if a node read it (ORT's fetches are)."""
+        slot = self.state.index_of[name]
+        value = self.values[slot]
+        if slot in self.locked and isinstance(value, np.ndarray):
+            value.flags.writeable = True
+            self.locked.discard(slot)
+        return value

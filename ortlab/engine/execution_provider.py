@@ -42,6 +42,7 @@ def register_execution_provider(cls):
     if not isinstance(device, (OrtDevice, property)):
         raise EngineError(f"{cls.__name__}.device must be an OrtDevice (e.g. OrtDevice('GPU', 0, 'its memory')), "
                           f"not {device!r}")
+    kernel_registry(cls.type)  # its (empty) KernelRegistry: @register_op_kernel(provider=cls.type) now accepts it
     return EXECUTION_PROVIDERS.register(cls.type, cls)
 
 

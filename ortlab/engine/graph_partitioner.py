@@ -5,6 +5,8 @@ in the session's order, GetCapability, then TryAssignSingleNode for each claimed
 assigned). The CPU EP is last, so it takes whatever no other EP claimed; a node nobody claims
 fails session initialization, as ORT's "Could not find an implementation for ..." does.
 """
+import numpy as np
+
 from ortlab.engine.errors import NotImplementedKernel
 from ortlab.onnx_defs import node_label, op_name
 
@@ -70,10 +72,12 @@ def _assign(graph, providers, logger, assignment):
 def _checked_claims(graph, provider, claimed):
     """Node indices from what get_capability returned (ORT: ComputeCapability wrapping node indices)."""
     known = {n.index for n in graph.nodes()}
-    try:
-        indices = [c.index if hasattr(c, "op_type") else c for c in claimed]  # a Node is taken as its index
-    except TypeError:
-        indices = [object()]
+    if isinstance(claimed, (str, bytes, dict)) or not hasattr(claimed, "__iter__"):
+        raise NotImplementedKernel(f"{provider.type}.get_capability returned {type(claimed).__name__} {claimed!r:.80}; "
+                                   "it must return a list of the node indices it claims (node.index), [] for none "
+                                   "(did it forget a return statement?)")
+    indices = [c.index if hasattr(c, "op_type") else c for c in claimed]  # a Node is taken as its index
+    indices = [int(i) if isinstance(i, np.integer) else i for i in indices]  # e.g. from np.flatnonzero
     bad = [i for i in indices if isinstance(i, bool) or not isinstance(i, int) or i not in known]
     if bad:
         raise NotImplementedKernel(f"{provider.type}.get_capability must return a list of node indices of the "

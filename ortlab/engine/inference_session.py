@@ -10,6 +10,7 @@ ExecutionFrame, lets the SequentialExecutor run the plan, and returns the fetche
 run_with_iobinding runs with an IOBinding (io_binding.py): its inputs are the feeds, its outputs
 the frame's pre-placed fetches.
 """
+import os
 import time
 from pathlib import Path
 
@@ -59,6 +60,23 @@ def load_model(model_or_path):
             raise InvalidGraph(str(exc)) from None
     raise InvalidArgument(f"InferenceSession takes an onnx.ModelProto, a path or bytes, not "
                           f"{type(model_or_path).__name__}")
+
+
+def _writable_file(path, what):
+    """`path` as a Path when a file can be written there (checked before the session is built, as early as
+    possible; ORT fails with only 'SystemError : 21' for a folder), None for ''."""
+    if not path:
+        return None
+    path = Path(path)
+    if path.is_dir():
+        raise InvalidArgument(f"{what} {str(path)!r} is a folder; give a file path such as "
+                              f"{str(path / 'model.optimized.onnx')!r}")
+    if not path.parent.is_dir():
+        raise InvalidArgument(f"{what} {str(path)!r}: the folder {str(path.parent)!r} does not exist (or is not a "
+                              "folder); create it or choose another path")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise InvalidArgument(f"{what} {str(path)!r} is not writable; choose a path you can write to")
+    return path
 
 
 def make_providers(providers, logger=None):
@@ -111,6 +129,7 @@ class InferenceSession:
         self.log = Logger(self.options.log_severity_level)
         self.providers = make_providers(providers, self.log)
         self.profiler = Profiler(self.options.profile_file_prefix) if self.options.enable_profiling else None
+        optimized_path = _writable_file(self.options.optimized_model_filepath, "optimized_model_filepath")
         start = time.perf_counter()
         model = self._transform(load_model(model_or_path))
         self.graph = self._resolve(model)
@@ -127,12 +146,12 @@ class InferenceSession:
         self.state = SessionState(self.graph, self.assignment, self.providers, kernel_infos, order, self.log)
         self.executor = SequentialExecutor(self.state, self.log, self.profiler)
         self._patterns = {}  # feed shapes -> MemoryPattern (ORT: SessionState's mem_patterns_ cache)
-        if self.options.optimized_model_filepath:
-            path = Path(self.options.optimized_model_filepath)
-            if not path.parent.is_dir():
-                raise InvalidArgument(f"optimized_model_filepath {str(path)!r}: the folder {str(path.parent)!r} "
-                                      "does not exist; create it or choose another path")
-            onnx.save(self.state.partitioned_model(), str(path))
+        if optimized_path is not None:
+            try:
+                onnx.save(self.state.partitioned_model(), str(optimized_path))
+            except OSError as exc:
+                raise InvalidArgument(f"optimized_model_filepath {str(optimized_path)!r} could not be written: "
+                                      f"{exc.strerror}; choose a file path you can write to") from None
         if self.profiler:
             self.profiler.session_event("session_initialization", start, time.perf_counter())
 
@@ -213,7 +232,7 @@ class InferenceSession:
         return self.profiler.end() if self.profiler else ""
 
     def run(self, output_names, input_feed, run_options=None):
-        """Outputs (numpy arrays, on the host) for `output_names` (None: all) given `input_feed`."""
+        """Outputs (numpy arrays, on the host) for `output_names` (None or []: all) given `input_feed`."""
         run_options = RunOptions.from_any(run_options)
         fetches = self._check_fetches(output_names)
         feeds = self._check_feeds(input_feed)
@@ -296,7 +315,9 @@ class InferenceSession:
         return value
 
     def _check_fetches(self, output_names):
-        if output_names is None:
+        """The names to fetch; None or an empty list means every graph output, as onnxruntime's Session.run
+        (`if not output_names:` in onnxruntime_inference_collection.py)."""
+        if output_names is None or (isinstance(output_names, (list, tuple)) and not output_names):
             return list(self.graph.outputs)
         names = as_names(output_names, "output_names", InvalidArgument)
         for name in names:
@@ -335,13 +356,18 @@ class InferenceSession:
         if array.dtype == object:
             raise InvalidArgument(f"feed {name!r}: Unable to handle object of type {type(value).__name__}")
         expected = arg.dtype
-        if expected is not None and array.dtype != np.dtype(expected):
+        if expected is not None and array.dtype.newbyteorder("=") != np.dtype(expected):
             try:
                 got = _name(helper.np_dtype_to_tensor_dtype(array.dtype.newbyteorder("=")))
             except Exception:  # noqa: BLE001 (a numpy type ONNX has no name for)
                 got = str(array.dtype)
             raise InvalidArgument(f"Unexpected input data type. Actual: (tensor({got})) , expected: "
                                   f"(tensor({_name(arg.elem_type)})) for input {name!r}")
+        if not array.dtype.isnative:
+            raise InvalidArgument(
+                f"feed {name!r} is {array.dtype.newbyteorder('=')} in non-native byte order ({array.dtype.str}); "
+                "ORT 1.19.2 takes such an array without a word and reads its bytes in the machine's order, so "
+                f"its results are wrong. Pass {name}.astype(np.{array.dtype.newbyteorder('=')}) (native order)")
         dims = arg.shape
         if dims is not None and len(dims) != array.ndim:
             raise InvalidArgument(f"Invalid rank for input: {name} Got: {array.ndim} Expected: {len(dims)} "

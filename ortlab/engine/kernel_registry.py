@@ -8,6 +8,8 @@ constraints. ORT's registrations are the ONNX_OPERATOR_KERNEL_EX macros of each 
 """
 from dataclasses import dataclass
 
+import numpy as np
+
 from ortlab.engine.errors import EngineError
 from ortlab.engine.kernel_def import KernelDef
 from ortlab.engine.op_kernel import FunctionKernel, OpKernel
@@ -65,20 +67,36 @@ def _same_name(a, b):
     return (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__)
 
 
-KERNEL_REGISTRIES = {}
+# Each EP's KernelRegistry by EP name. An EP gets its registry when it is registered (execution_provider.py)
+# or first asks for it; register_op_kernel only files kernels under an EP that has one, so a misspelt
+# provider name is refused (with the close match) instead of holding kernels no session ever asks for.
+KERNEL_REGISTRIES = Registry("execution provider", op_keys=False, duplicates="replace",
+                             hint="Register the EP first (@register_execution_provider on an ExecutionProvider "
+                                  "subclass with that `type`), then its kernels.")
+KERNEL_REGISTRIES.register(CPU, KernelRegistry(CPU))
 
 
 def kernel_registry(provider):
-    """The KernelRegistry of an EP by name (made empty on first use)."""
+    """The KernelRegistry of an EP by name (made empty on first use: an EP's own lookups)."""
     if provider not in KERNEL_REGISTRIES:
-        KERNEL_REGISTRIES[provider] = KernelRegistry(provider)
+        KERNEL_REGISTRIES.register(provider, KernelRegistry(provider))
     return KERNEL_REGISTRIES[provider]
+
+
+def registered_kernels(provider, where=""):
+    """The KernelRegistry of an EP that exists; an unknown name is refused, naming the close match."""
+    if not isinstance(provider, str):
+        raise EngineError(f"provider must be an EP name (str) such as {CPU!r}, not {type(provider).__name__} "
+                          f"{provider!r}")
+    return KERNEL_REGISTRIES.lookup(provider, where=where)
 
 
 def register_op_kernel(op_type, domain="", provider=CPU, *, override=False, **kernel_def):
     """Decorator: a function `fn(ctx)` or an OpKernel subclass becomes `provider`'s kernel for
     (op_type, domain). Keywords are KernelDef fields (type_constraints, alias, may_inplace,
-    input_memory, ...). A second kernel for a key raises unless override=True, as in ORT.
+    input_memory, ...), checked here as ORT's KernelDefBuilder would have them. `provider` must be a
+    registered EP (a misspelt name is refused with the close match). A second kernel for a key raises
+    unless override=True, as in ORT.
 
         @register_op_kernel("Relu", may_inplace=((0, 0),))
         def relu(ctx):
@@ -87,12 +105,16 @@ def register_op_kernel(op_type, domain="", provider=CPU, *, override=False, **ke
     """
     if not isinstance(op_type, str) or not op_type:
         raise EngineError(f"register_op_kernel needs an op type (str), got {op_type!r}")
-    try:
-        definition = KernelDef(op_type, domain, provider, **kernel_def)
-    except TypeError:
-        fields = [f for f in KernelDef.__dataclass_fields__ if f not in ("op_type", "domain", "provider")]
-        raise EngineError(f"register_op_kernel: unknown keyword(s) {sorted(kernel_def)}; a KernelDef takes "
-                          f"{', '.join(fields)}") from None
+    domain = "" if domain is None else domain  # None: the ONNX domain, as ortlab.kernels takes it
+    if not isinstance(domain, str):
+        raise EngineError(f"register_op_kernel: domain must be a str ('' for ONNX, 'com.microsoft'), not {domain!r}")
+    registry = registered_kernels(provider, where=f" (register_op_kernel({op_type!r}, provider={provider!r}))")
+    unknown = sorted(set(kernel_def) - set(KERNEL_DEF_FIELDS))
+    if unknown:
+        raise EngineError(f"register_op_kernel: unknown keyword(s) {unknown}; a KernelDef takes "
+                          f"{', '.join(KERNEL_DEF_FIELDS)}")
+    fields = {name: KERNEL_DEF_FIELDS[name](name, value) for name, value in kernel_def.items()}
+    definition = KernelDef(op_type, domain, provider, **fields)
 
     def add(fn_or_class):
         if isinstance(fn_or_class, type) and issubclass(fn_or_class, OpKernel):
@@ -105,12 +127,93 @@ def register_op_kernel(op_type, domain="", provider=CPU, *, override=False, **ke
         else:
             raise EngineError(f"register_op_kernel decorates a function fn(ctx) or an OpKernel subclass, "
                               f"not {type(fn_or_class).__name__}")
-        kernel_registry(provider).register(KernelCreateInfo(definition, cls), override=override)
+        registry.register(KernelCreateInfo(definition, cls), override=override)
         return fn_or_class
 
     return add
 
 
+# --- the KernelDef keywords, checked (kernel_def_builder.h takes ints and type names; a Python call
+# can pass anything, and a wrong value would only fail at session creation, or never be used) -------
+def _index(value, what):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise EngineError(f"register_op_kernel: {what} must hold indices (ints >= 0), got {value!r}")
+    return int(value)
+
+
+def _indices(name, value):
+    """input_memory / output_memory: a tuple of input (output) indices, e.g. (0,)."""
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, (tuple, list)):
+        raise EngineError(f"register_op_kernel: {name} takes a tuple of indices, e.g. (0,), not {value!r}")
+    return tuple(_index(v, name) for v in value)
+
+
+def _pair(name, value):
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise EngineError(f"register_op_kernel: {name} takes (input index, output index) pairs, e.g. "
+                          f"{name}=((0, 0),), not {value!r}")
+    return _index(value[0], name), _index(value[1], name)
+
+
+def _pairs(name, value):
+    """alias / may_inplace: a tuple of (input, output) pairs, e.g. ((0, 0),) (ORT: Alias(0, 0))."""
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, (tuple, list)) or \
+            any(not isinstance(v, (tuple, list)) for v in value):
+        raise EngineError(f"register_op_kernel: {name} takes a tuple of (input index, output index) pairs, "
+                          f"e.g. {name}=((0, 0),) (a one-pair tuple needs its trailing comma), not {value!r}")
+    return tuple(_pair(name, v) for v in value)
+
+
+def _variadic_alias(name, value):
+    """None, or (input offset, output offset) (ORT: VariadicAlias)."""
+    return None if value is None else _pair(name, value)
+
+
+def _since_version(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise EngineError(f"register_op_kernel: {name} must be an opset version (an int >= 1), not {value!r}")
+    return int(value)
+
+
+# the element types as the graph names them (NodeArg.dtype: str of onnx's numpy type)
+DTYPE_NAMES = ("bool", "complex128", "complex64", "float16", "float32", "float64", "int16", "int32", "int64",
+               "int8", "object", "uint16", "uint32", "uint64", "uint8")
+
+
+def _dtype_name(name):
+    """A dtype name the graph uses ('float32'); a numpy spelling of one ('float', 'f4') names it."""
+    if isinstance(name, str) and name in DTYPE_NAMES:
+        return name
+    try:
+        meant = str(np.dtype(name))
+    except (TypeError, ValueError):
+        meant = None
+    hint = f" (did you mean {meant!r}?)" if meant in DTYPE_NAMES else ""
+    raise EngineError(f"register_op_kernel: type_constraints names {name!r}, which is not an element type "
+                      f"as the graph names them{hint}; the kernel would match no input. Use one of "
+                      f"{', '.join(DTYPE_NAMES)}")
+
+
+def _type_constraints(name, value):
+    """{input index: tuple of dtype names} (ORT: TypeConstraint); one name may be given as a str."""
+    if not isinstance(value, dict):
+        raise EngineError(f"register_op_kernel: type_constraints takes {{input index: ('float32', ...)}}, "
+                          f"not {value!r}")
+    found = {}
+    for index, names in value.items():
+        names = (names,) if isinstance(names, str) else names
+        if not isinstance(names, (tuple, list, set, frozenset)) or not names:
+            raise EngineError(f"register_op_kernel: type_constraints[{index!r}] takes a tuple of element type "
+                              f"names, e.g. ('float32',), not {names!r}")
+        found[_index(index, "type_constraints' keys")] = tuple(_dtype_name(n) for n in names)
+    return found
+
+
+KERNEL_DEF_FIELDS = {"since_version": _since_version, "type_constraints": _type_constraints, "alias": _pairs,
+                     "variadic_alias": _variadic_alias, "may_inplace": _pairs, "input_memory": _indices,
+                     "output_memory": _indices}
+
+
 def unregister_op_kernel(op_type, domain="", provider=CPU):
     """Remove a registered kernel; returns its KernelCreateInfo (None when there was none)."""
-    return kernel_registry(provider).kernels.unregister(op_type, domain)
+    return registered_kernels(provider, where=" (unregister_op_kernel)").kernels.unregister(op_type, domain)

@@ -3,11 +3,25 @@
 Mirrors include/onnxruntime/core/framework/op_kernel.h (OpKernel: built once per node at session
 initialization, attributes read in the constructor from OpKernelInfo; Compute(OpKernelContext*)
 on every run) and onnxruntime/core/framework/op_kernel.cc (OpKernelContext::Input reads the
-frame's value at the node's input index; Output(i, shape) asks the frame to allocate it).
+frame's value at the node's input index, a const Tensor*; Output(i, shape) asks the frame to
+allocate it). Inputs are const here too (ExecutionFrame.const_input): a kernel that writes into one
+fails with a message saying so, instead of changing the caller's feed, a weight every run shares, or
+a value another node reads.
 """
 import numpy as np
 
 from ortlab.engine.errors import KernelFailure
+
+
+CONST_INPUTS = ("the kernel wrote into a read-only array: a kernel's inputs are const, as ORT's "
+                "OpKernelContext::Input returns a const Tensor* (a feed is the caller's own array, a weight is "
+                "shared by every run); write results into ctx.output(i, shape), or compute a new array and "
+                "return it (copy an input first, x = ctx.input(0).copy(), to change it)")
+
+
+def wrote_to_const(exc):
+    """Whether a kernel's exception is numpy refusing a write into a read-only array."""
+    return isinstance(exc, ValueError) and "read-only" in str(exc)
 
 
 class OpKernelInfo:
@@ -53,7 +67,7 @@ class FunctionKernel(OpKernel):
 class OpKernelContext:
     """One node's view of the ExecutionFrame during one run.
 
-    input(i): the value at the node's i-th input (None for an absent optional input);
+    input(i): the value at the node's i-th input, read-only (None for an absent optional input);
     output(i, shape, dtype=None): a buffer for output i allocated by the frame on the kernel's
     device (dtype defaults to the type the graph gives the output); attribute(name, default).
     """
@@ -81,18 +95,18 @@ class OpKernelContext:
         if not isinstance(index, int) or isinstance(index, bool) or index < 0:
             raise KernelFailure(f"{self.step.label()}: input({index!r}) asked; an input index is an int >= 0")
         slot = self.step.inputs[index] if index < len(self.step.inputs) else -1
-        return None if slot < 0 else self.frame.values[slot]
+        return None if slot < 0 else self.frame.const_input(slot)
 
     def inputs(self):
-        values = self.frame.values
-        return [None if slot < 0 else values[slot] for slot in self.step.inputs]
+        """Every input, read-only (None for an absent optional one)."""
+        return [None if slot < 0 else self.frame.const_input(slot) for slot in self.step.inputs]
 
     def attribute(self, name, default=None):
         return self.step.node.attribute(name, default)
 
     def output(self, index, shape, dtype=None):
         """Allocate output `index` of `shape` through the frame (ORT's OpKernelContext::Output)."""
-        if not isinstance(index, int) or not 0 <= index < len(self.step.outputs):
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.step.outputs):
             raise KernelFailure(f"{self.step.label()}: output({index}) asked, the node has "
                                 f"{len(self.step.outputs)} output(s)")
         slot = self.step.outputs[index]
@@ -148,5 +162,4 @@ class OpKernelContext:
 
     def implicit(self):
         """{name: value} of the outer-scope values a subgraph attribute reads (ORT: implicit inputs)."""
-        values = self.frame.values
-        return {name: values[slot] for name, slot in self.step.implicit}
+        return {name: self.frame.const_input(slot) for name, slot in self.step.implicit}

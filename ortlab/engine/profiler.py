@@ -6,17 +6,34 @@ output_type_shape), per run 'model_run' and 'SequentialExecutor::Execute' (categ
 EndProfiling writes '<prefix>_<date>_<time>.json' and returns its path.
 """
 import json
+import os
 import time
 from datetime import datetime
 from pathlib import Path
 
+from ortlab.engine.errors import InvalidArgument
 from ortlab.engine.execution_frame import nbytes
 
 
+def check_prefix(prefix):
+    """The folder of `prefix` must exist and be writable now, at session creation. ORT 1.19.2 opens the
+    file only at EndProfiling, and with a missing folder returns the path of a file it never wrote."""
+    folder = Path(prefix).parent
+    if not folder.is_dir():
+        raise InvalidArgument(f"profile_file_prefix {prefix!r}: the folder {str(folder)!r} does not exist (or is "
+                              "not a folder), so the profile could not be written at end_profiling() (ORT 1.19.2 "
+                              "then returns the name of a file it never wrote); create the folder or choose "
+                              "another prefix")
+    if not os.access(folder, os.W_OK):
+        raise InvalidArgument(f"profile_file_prefix {prefix!r}: the folder {str(folder)!r} is not writable; "
+                              "choose a prefix in a folder you can write to")
+
+
 class Profiler:
-    """Collects events in microseconds from the session's start."""
+    """Collects events in microseconds from the session's start; the prefix's folder is checked now."""
 
     def __init__(self, prefix):
+        check_prefix(prefix)
         self.prefix, self.events = prefix, []
         self.start = time.perf_counter()
 
@@ -42,5 +59,9 @@ class Profiler:
     def end(self):
         """Write the trace; returns its path (ORT: InferenceSession::EndProfiling)."""
         path = Path(f"{self.prefix}_{datetime.now():%Y-%m-%d_%H-%M-%S}.json")
-        path.write_text(json.dumps(self.events))
+        try:
+            path.write_text(json.dumps(self.events))
+        except OSError as exc:  # the folder went away or became read-only since the session was made
+            raise InvalidArgument(f"end_profiling could not write {str(path)!r}: {exc.strerror}; check the "
+                                  "folder of profile_file_prefix") from None
         return str(path)

@@ -8,7 +8,7 @@ the device of their readers first, fetches returned to the host after).
 import time
 
 from ortlab.engine.errors import EngineError, KernelFailure
-from ortlab.engine.op_kernel import FunctionKernel, OpKernelContext
+from ortlab.engine.op_kernel import CONST_INPUTS, FunctionKernel, OpKernelContext, wrote_to_const
 from ortlab.errors import OrtlabError
 
 
@@ -35,8 +35,9 @@ def run_step(frame, step):
             raise
         raise KernelFailure(f"Non-zero status code returned while running {step.label()}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 (a kernel's own failure, reported with its node)
+        hint = f"; {CONST_INPUTS}" if wrote_to_const(exc) else ""
         raise KernelFailure(f"Non-zero status code returned while running {step.label()}. Status Message: "
-                            f"{type(exc).__name__}: {exc}") from exc
+                            f"{type(exc).__name__}: {exc}{hint}") from exc
     missing = [step.node.output_names[i] for i, s in enumerate(step.outputs) if s >= 0 and frame.values[s] is None]
     if missing:
         raise KernelFailure(f"{step.label()}: the kernel produced no value for output(s) {missing}; write "

@@ -76,7 +76,9 @@ class TritonExecutionProvider(ExecutionProvider):
         return torch.empty(shape, dtype=_torch_dtype(dtype), device=_device())
 
     def copy_into(self, buffer, value):
-        buffer.copy_(value if hasattr(value, "device") else _torch().from_numpy(np.ascontiguousarray(value)))
+        if not hasattr(value, "device"):  # a host array; a kernel's input is read-only, which torch warns about
+            value = _torch().from_numpy(np.array(value) if not value.flags.writeable else np.ascontiguousarray(value))
+        buffer.copy_(value)
 
     def from_host(self, array):
         tensor = _torch().from_numpy(np.array(array, copy=True))  # the copy: a new buffer, as on a GPU

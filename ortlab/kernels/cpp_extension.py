@@ -194,14 +194,38 @@ def _cpp_extension():
     return quiet_import("torch.utils.cpp_extension")
 
 
+def check_build_arguments(source, name, cflags):
+    """What load_inline needs, checked before a compiler runs (a build takes ~40 s): the source a non-empty str
+    defining PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) (the module gets the name load_inline gives it), the
+    name a Python identifier, cflags a list of str (one str would be passed letter by letter)."""
+    if not isinstance(source, str) or not source.strip():
+        raise CppExtensionError(f"build_extension takes the C++ source as a non-empty str, not "
+                                f"{type(source).__name__} {source!r:.60}")
+    if not re.search(r"PYBIND11_MODULE\s*\(\s*TORCH_EXTENSION_NAME\b", source):
+        raise CppExtensionError("the source defines no PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(...); }: "
+                                "without it the built library exports no functions Python can import; add one "
+                                "(load_inline sets TORCH_EXTENSION_NAME to the module's name)")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise CppExtensionError(f"name must be a Python identifier such as 'my_kernels', not {name!r}")
+    if isinstance(cflags, (str, bytes)) or not isinstance(cflags, (list, tuple)) or \
+            not all(isinstance(f, str) for f in cflags):
+        raise CppExtensionError(f"cflags must be a list of str such as ['-O3'], not {cflags!r}")
+
+
 def build_extension(source, name=NAME, cflags=CFLAGS, verbose=False):
     """Compile `source` (a C++ file's text with its own PYBIND11_MODULE) with load_inline, or load
-    it from the cache; returns a BuildResult. Raises CppBuildError with the compiler's first errors."""
+    it from the cache; returns a BuildResult. Raises CppBuildError with the compiler's first errors,
+    and CppExtensionError at once for arguments no build could use."""
+    check_build_arguments(source, name, cflags)
     key = build_key(source, name, cflags)
     if key in _LOADED:
         return _LOADED[key]
     directory = cache_root() / key
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CppExtensionError(f"cannot create the build folder {directory}: {exc.strerror}; set "
+                                f"${CACHE_ENV} to a folder you can write to") from None
     remove_stale_lock(directory)
     compiled = not (directory / f"{key}.so").exists()
     cpp_extension = _cpp_extension()
@@ -318,7 +342,13 @@ def gelu_grad(dy, x, out=None):
 
 
 def sgd_step(w, g, lr, weight_decay=0.0, momentum=0.0, velocity=None):
-    """One fused SGD step in place on w (and on the velocity buffer, zeros before the first step)."""
+    """One fused SGD step in place on w (and on the velocity buffer, zeros before the first step).
+    lr, weight_decay and momentum must be finite numbers >= 0 (torch.optim.SGD's rule, NaN and inf refused)."""
+    for what, value in (("lr", lr), ("weight_decay", weight_decay), ("momentum", momentum)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or \
+                not 0 <= value < float("inf"):
+            raise CppExtensionError(f"sgd_step: {what} must be a finite number >= 0, not {value!r} (a NaN or inf "
+                                    "turns w into NaN without an error)")
     velocity_b = None if velocity is None else as_buffer(velocity, "velocity")
     call(build().module.sgd_step, as_buffer(w, "w"), as_buffer(g, "g"), float(lr), float(weight_decay),
          float(momentum), velocity_b)
@@ -375,11 +405,12 @@ def register_cpp_kernels(provider="CPUExecutionProvider", override=False):
     Builds the extension first. Returns a CppKernels; `.unregister()` undoes it."""
     from ortlab.engine.kernel_registry import kernel_registry, register_op_kernel
 
+    register = register_op_kernel("GeluGrad", MS_DOMAIN, provider, override=override,  # refuses an unknown EP
+                                  type_constraints={0: ("float32",), 1: ("float32",)})  # before the build
     build()
     key = ("GeluGrad", MS_DOMAIN)
     previous = {key: kernel_registry(provider).kernels.get(key)}
-    register_op_kernel("GeluGrad", MS_DOMAIN, provider, override=override,
-                       type_constraints={0: ("float32",), 1: ("float32",)})(gelu_grad_kernel)
+    register(gelu_grad_kernel)
     return CppKernels(provider, previous)
 
 

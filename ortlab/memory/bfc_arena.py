@@ -15,6 +15,8 @@ The log lines are ORT's words (bfc_arena.cc:347 and :206-209).
 import bisect
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ortlab.errors import OrtlabError
 
 K_NEXT_POWER_OF_TWO, K_SAME_AS_REQUESTED = "kNextPowerOfTwo", "kSameAsRequested"
@@ -24,6 +26,28 @@ MIN_ALLOCATION_SIZE = 1 << MIN_ALLOCATION_BITS
 
 class ArenaError(OrtlabError):
     """The simulated arena cannot do what was asked (out of memory, a bad free, a bad trace)."""
+
+
+def byte_count(value, what, error=ArenaError):
+    """`value` as a Python int >= 0 (numpy integers too; not a bool, float or None), else `error`: ORT's
+    allocators take a size_t."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise error(f"{what} takes a byte count (an int >= 0), not {type(value).__name__} {value!r}")
+    return int(value)
+
+
+def trace_events(trace, error=ArenaError):
+    """(position, kind, value) for each event of an allocation trace, checked: ('alloc', bytes) or a bare
+    int allocates, ('free', k) frees the allocation of event k. One reading for every replay."""
+    if isinstance(trace, (str, bytes, dict)) or not hasattr(trace, "__iter__"):
+        raise error(f"a trace is a list of events ('alloc', bytes) / ('free', k), not {type(trace).__name__}")
+    for position, event in enumerate(trace):
+        if isinstance(event, (int, np.integer)) and not isinstance(event, (bool, np.bool_)):
+            event = ("alloc", event)
+        if not isinstance(event, (tuple, list)) or len(event) != 2 or event[0] not in ("alloc", "free"):
+            raise error(f"trace event {position} is {event!r}; events are ('alloc', bytes) or ('free', k)")
+        kind, value = event
+        yield position, kind, byte_count(value, f"trace event {position} ({kind!r}, ...)", error)
 
 
 def rounded_bytes(num_bytes):
@@ -109,8 +133,9 @@ class BFCArena:
         for name in ("initial_chunk_size_bytes", "max_dead_bytes_per_chunk", "initial_growth_chunk_size_bytes",
                      "max_power_of_two_extend_bytes", "memory_limit"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value <= 0:
                 raise ArenaError(f"{name} must be a positive int (bytes), not {value!r}")
+            setattr(self, name, int(value))
         first = min(self.memory_limit, self.initial_chunk_size_bytes)
         self.curr_region_allocation_bytes = rounded_bytes(first)
         self.stats.bytes_limit = self.memory_limit
@@ -198,8 +223,7 @@ class BFCArena:
 
     def alloc(self, num_bytes):
         """AllocateRawInternal: the address of a chunk of at least `num_bytes` (None for 0 bytes)."""
-        if not isinstance(num_bytes, int) or num_bytes < 0:
-            raise ArenaError(f"alloc takes a byte count (an int >= 0), not {num_bytes!r}")
+        num_bytes = byte_count(num_bytes, "alloc")
         if num_bytes == 0:
             return None
         rounded = rounded_bytes(num_bytes)
@@ -212,6 +236,8 @@ class BFCArena:
 
     def free(self, ptr):
         """Free / FreeAndMaybeCoalesce: merge with the next, then the previous free chunk."""
+        if ptr is None:
+            return  # ORT's Free(nullptr) does nothing (what alloc(0) and reserve(0) return)
         if ptr in self.reserved:
             size = self.reserved.pop(ptr)
             self.stats.bytes_in_use -= size
@@ -219,7 +245,8 @@ class BFCArena:
             return
         chunk = self.chunks.get(ptr)
         if chunk is None or not chunk.in_use():
-            raise ArenaError(f"free({ptr:#x}): no chunk in use starts there; free each address alloc "
+            shown = f"{ptr:#x}" if isinstance(ptr, (int, np.integer)) else repr(ptr)
+            raise ArenaError(f"free({shown}): no chunk in use starts there; free each address alloc "
                              "returned, once")
         chunk.allocation_id = -1
         self.stats.bytes_in_use -= chunk.size
@@ -242,7 +269,11 @@ class BFCArena:
         return first
 
     def reserve(self, size):
-        """Reserve(): a direct allocation outside the bins (ORT logs "Reserving memory in BFCArena")."""
+        """Reserve(): a direct allocation outside the bins (ORT logs "Reserving memory in BFCArena"); None for
+        0 bytes, as ORT returns nullptr."""
+        size = byte_count(size, "reserve")
+        if size == 0:
+            return None
         ptr = self.next_address
         self.next_address += size + (1 << 20)
         self.reserved[ptr] = size
@@ -259,20 +290,16 @@ class BFCArena:
         """Run a trace: ('alloc', bytes) / an int (allocate), ('free', k) (free the k-th event's
         allocation). Returns {event position: address}."""
         addresses = {}
-        for position, event in enumerate(trace):
-            kind, value = ("alloc", event) if isinstance(event, int) else event
+        for position, kind, value in trace_events(trace):
             if kind == "alloc":
                 addresses[position] = self.alloc(value)
-            elif kind == "free":
-                if value not in addresses:
-                    raise ArenaError(f"trace event {position} frees event {value}, which is not an "
-                                     "allocation made earlier in the trace")
-                address = addresses.pop(value)
-                if address is not None:  # a 0-byte allocation got no chunk: nothing to free
-                    self.free(address)
-            else:
-                raise ArenaError(f"trace event {position} is {event!r}; events are ('alloc', bytes) or "
-                                 "('free', k)")
+                continue
+            if value not in addresses:
+                raise ArenaError(f"trace event {position} frees event {value}, which is not an "
+                                 "allocation made earlier in the trace")
+            address = addresses.pop(value)
+            if address is not None:  # a 0-byte allocation got no chunk: nothing to free
+                self.free(address)
         return addresses
 
     def lines(self):

@@ -23,7 +23,7 @@ import bisect
 from dataclasses import dataclass
 
 from ortlab.errors import OrtlabError
-from ortlab.memory.bfc_arena import BFCArena
+from ortlab.memory.bfc_arena import BFCArena, byte_count, trace_events
 from ortlab.viz import Table
 
 MIB = 1 << 20
@@ -115,6 +115,11 @@ class CachingAllocator:
     set_per_process_memory_fraction times the device's memory)."""
 
     def __init__(self, max_split_size=None, memory_limit=None):
+        if max_split_size is not None:
+            max_split_size = byte_count(max_split_size, "CachingAllocator(max_split_size=...)", CachingAllocatorError)
+        if memory_limit is not None:  # bytes, an int: "1GB" is 1 << 30
+            memory_limit = byte_count(memory_limit, "CachingAllocator(memory_limit=...) (None: no limit)",
+                                      CachingAllocatorError)
         if max_split_size is not None and max_split_size <= K_LARGE_BUFFER:
             raise CachingAllocatorError(
                 f"max_split_size {max_split_size} is too small: PyTorch requires max_split_size_mb > 20 "
@@ -246,8 +251,7 @@ class CachingAllocator:
     def malloc(self, num_bytes):
         """DeviceCachingAllocator::malloc: the address of a block of at least `num_bytes` (None for 0,
         as the allocator hands out a null pointer for an empty request)."""
-        if not isinstance(num_bytes, int) or num_bytes < 0:
-            raise CachingAllocatorError(f"malloc takes a byte count (an int >= 0), not {num_bytes!r}")
+        num_bytes = byte_count(num_bytes, "malloc", CachingAllocatorError)
         if num_bytes == 0:
             return None
         size = round_size(num_bytes)
@@ -300,7 +304,10 @@ class CachingAllocator:
         return block
 
     def free(self, ptr):
-        """free + free_block: the block returns to its pool, merged with its free neighbours."""
+        """free + free_block: the block returns to its pool, merged with its free neighbours; free(None)
+        does nothing, as the allocator's free of a null pointer (what malloc(0) returns)."""
+        if ptr is None:
+            return
         block = self.active.pop(ptr, None)
         if block is None:
             raise CachingAllocatorError(f"free({ptr!r}): no allocated block starts there; free each address "
@@ -354,20 +361,16 @@ class CachingAllocator:
         """Run a trace as BFCArena.replay does: ('alloc', bytes) or an int allocates, ('free', k) frees
         the k-th event's allocation. Returns {event position: address} of what is still allocated."""
         addresses = {}
-        for position, event in enumerate(trace):
-            kind, value = ("alloc", event) if isinstance(event, int) else event
+        for position, kind, value in trace_events(trace, CachingAllocatorError):
             if kind == "alloc":
                 addresses[position] = self.malloc(value)
-            elif kind == "free":
-                if value not in addresses:
-                    raise CachingAllocatorError(f"trace event {position} frees event {value}, which is "
-                                                "not an allocation made earlier in the trace")
-                ptr = addresses.pop(value)
-                if ptr is not None:
-                    self.free(ptr)
-            else:
-                raise CachingAllocatorError(f"trace event {position} is {event!r}; events are ('alloc', "
-                                            "bytes) or ('free', k)")
+                continue
+            if value not in addresses:
+                raise CachingAllocatorError(f"trace event {position} frees event {value}, which is "
+                                            "not an allocation made earlier in the trace")
+            ptr = addresses.pop(value)
+            if ptr is not None:
+                self.free(ptr)
         return addresses
 
     def segments(self):
@@ -389,14 +392,16 @@ class CachingAllocator:
 def trace_peak(trace):
     """The most bytes the trace itself holds at once (requested sizes, no rounding)."""
     live, sizes, peak = 0, {}, 0
-    for position, event in enumerate(trace):
-        kind, value = ("alloc", event) if isinstance(event, int) else event
+    for position, kind, value in trace_events(trace, CachingAllocatorError):
         if kind == "alloc":
             sizes[position] = value
             live += value
             peak = max(peak, live)
-        else:
+        elif value in sizes:
             live -= sizes.pop(value)
+        else:
+            raise CachingAllocatorError(f"trace event {position} frees event {value}, which is not an "
+                                        "allocation made earlier in the trace")
     return peak
 
 

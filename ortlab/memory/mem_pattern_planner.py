@@ -16,6 +16,7 @@ from ortlab.errors import OrtlabError
 from ortlab.memory.allocation_planner import K_ALLOCATE, element_size, is_string, shape_of
 
 ALIGNMENT = 256  # kAllocAlignment (onnxruntime/core/framework/allocator.h)
+SIZE_MAX = (1 << 64) - 1  # size_t: TryResolveShape's SafeInt<size_t> and CalcMemSizeForArrayWithAlignment's limit
 
 
 def aligned_size(elements, elem_size, alignment=ALIGNMENT):
@@ -99,6 +100,10 @@ class MemPatternPlanner:
 
 class ShapeResolutionError(OrtlabError):
     """The feeds do not fit the graph inputs' declared shapes (ResolveDimParams fails)."""
+
+
+class SizeOverflowError(OrtlabError):
+    """A planned tensor's byte count does not fit a size_t (GeneratePatternGroupCache: "Size overflow")."""
 
 
 def resolve_dim_params(graph, types, input_shapes):
@@ -186,6 +191,11 @@ def generate_pattern_group_cache(plan, dims):
                 for d in resolved[index]:
                     elements *= d
                 sizes[index] = aligned_size(elements, element_size(type_proto))
+                if sizes[index] > SIZE_MAX:
+                    raise SizeOverflowError(
+                        f"'{arg.name}' {list(resolved[index])} takes {sizes[index]:,} bytes, more than a size_t holds: "
+                        "ORT's GeneratePatternGroupCache fails with \"Size overflow\" (session_state.cc); give "
+                        "input shapes of a size that can be allocated")
                 planner.trace_allocation(index, sizes[index], (value.starts, value.ends))
         for index in plan.release_after.get(pc, []):
             if not is_string(plan.types.get(plan.values[index].name)):

@@ -10,6 +10,7 @@ program-counter intervals), then the training build's static memory pattern
 the pattern's block: ORT requests exactly that from its arena ("Extending BFCArena for Cpu ...
 (requested) num_bytes: N" when it does not fit in the arena's free space).
 """
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -189,7 +190,7 @@ class Plan:
                                     "ortlab.engine.InferenceSession, whose last_run['allocation_trace'] (replayed by "
                                     "session.arena()) holds the sizes the run allocated")
                 elem = element_size(self.graph.node_arg(v.name).type_proto)
-                nbytes = int(np.prod(dims, dtype=np.int64)) * elem
+                nbytes = math.prod(dims) * elem
                 if nbytes:
                     live[v.index] = len(trace)
                     trace.append(("alloc", nbytes))
@@ -212,6 +213,9 @@ def _session_graph(model):
     return session_graph(model)
 
 
+INT64_MAX = (1 << 63) - 1  # TensorShape::Size() counts elements in an int64 (SafeInt: an overflow throws)
+
+
 def _shapes(input_shapes):
     if not isinstance(input_shapes, dict):
         raise PlanError("input_shapes must be a dict {graph input name: shape (a tuple of ints) or an "
@@ -224,6 +228,10 @@ def _shapes(input_shapes):
             raise PlanError(f"input_shapes[{name!r}] must be a shape (a tuple of ints >= 0) or an array, "
                             f"not {value!r}")
         found[name] = tuple(int(d) for d in dims)
+        if math.prod(found[name]) > INT64_MAX:
+            raise PlanError(f"input_shapes[{name!r}] {list(found[name])} has {math.prod(found[name]):,} elements, more "
+                            "than ORT's TensorShape::Size() counts in an int64 (2**63 - 1): no such feed exists; "
+                            "give the shape of a tensor that can be fed")
     return found
 
 
@@ -253,11 +261,17 @@ def _dims(shape):
 
 
 def _lower_bound(values, steps):
-    live = np.zeros(steps + 2, dtype=np.int64)
+    """Most bytes of planned buffers live at one program counter (Python ints: no int64 overflow)."""
+    change = [0] * (steps + 3)
     for v in values:
         if v.planned and v.size:
-            live[v.start:v.end + 1] += v.size
-    return int(live.max()) if len(live) else 0
+            change[v.start] += v.size
+            change[v.end + 1] -= v.size
+    live = most = 0
+    for delta in change:
+        live += delta
+        most = max(most, live)
+    return most
 
 
 def plan(model, input_shapes, order="default", enable_mem_reuse=True, declarations="ort"):
@@ -274,9 +288,14 @@ def plan(model, input_shapes, order="default", enable_mem_reuse=True, declaratio
     if order not in ORDERS:
         raise PlanError(f"order must be one of {ORDERS} (ORT's ExecutionOrder.DEFAULT / PRIORITY_BASED), "
                         f"not {order!r}")
+    if not isinstance(enable_mem_reuse, (bool, np.bool_)):
+        raise PlanError(f"enable_mem_reuse takes True or False (SessionOptions.enable_mem_reuse), not "
+                        f"{enable_mem_reuse!r}: a str such as 'no' would count as True")
+    enable_mem_reuse = bool(enable_mem_reuse)
     if not callable(declarations) and declarations not in ("ort", "engine"):
         raise PlanError(f"declarations must be 'ort', 'engine' or a function node -> Declaration, "
                         f"not {declarations!r}")
+    input_shapes = _shapes(input_shapes)  # before any planning: a bad argument fails at once
     graph, types, _ = _session_graph(model)
     nested = [n for n in graph.nodes()
               if any(a.type in (a.GRAPH, a.GRAPHS) for a in n.attribute_protos.values())]
@@ -287,9 +306,8 @@ def plan(model, input_shapes, order="default", enable_mem_reuse=True, declaratio
                         "whose outer-scope values ORT plans separately)")
     nodes = graph.topological_order(order)
     index_of = value_index_map(graph)
-    execution = PlannerImpl(graph, nodes, index_of, types, enable_mem_reuse, declarations).create_plan()
-    input_shapes = _shapes(input_shapes)
     _check_shapes(graph, input_shapes)
+    execution = PlannerImpl(graph, nodes, index_of, types, enable_mem_reuse, declarations).create_plan()
     dims = resolve_dim_params(graph, types, input_shapes)
     pattern = generate_pattern_group_cache(execution, dims)
     lives = lifetimes(graph, nodes)
@@ -314,7 +332,7 @@ def plan(model, input_shapes, order="default", enable_mem_reuse=True, declaratio
         elif value.kind == K_ALLOCATE_OUTPUT:
             row.note = "graph output: allocated at run time, never in the pattern"
         if row.size is None and row.resolved is not None and element_size(type_proto):
-            row.size = int(np.prod(row.resolved, dtype=np.int64)) * element_size(type_proto)
+            row.size = math.prod(row.resolved) * element_size(type_proto)
             row.size = (row.size + 255) // 256 * 256
         rows.append(row)
     result = Plan(nodes, rows, pattern.peak, _lower_bound(rows, len(nodes)), pattern.unresolved, dims,

@@ -82,6 +82,9 @@ def greedy_by_size(plan, fit="first"):
     among the tensors placed so far whose lifetimes intersect its own. Returns a Placement."""
     if fit not in FITS:
         raise PlannerError(f"fit must be one of {FITS} (lowest offset, or smallest gap), not {fit!r}")
+    if not hasattr(plan, "planned") or not hasattr(plan, "lower_bound_bytes"):
+        raise PlannerError(f"greedy_by_size takes a Plan (ortlab.memory.plan(model, shapes)), not "
+                           f"{type(plan).__name__}")
     tensors = sorted(pattern_tensors(plan), key=lambda t: (-t[1], t[2], t[0]))
     placed, offsets, peak = [], {}, 0
     for tensor in tensors:

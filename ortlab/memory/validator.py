@@ -5,6 +5,8 @@ Mirrors the ORT_ENFORCE in MemPatternPlanner::GenerateMemPattern
 (onnxruntime/core/framework/mem_pattern_planner.h: "Time schedules of overlapping memory blocks SHOULD
 NOT intersect"), here with a message naming the two values.
 """
+import numpy as np
+
 from ortlab.errors import OrtlabError
 
 
@@ -16,9 +18,33 @@ def _live_together(a, b):
     return a.start <= b.end and b.start <= a.end
 
 
+def _is_count(value):
+    """An int >= 0 (Python or numpy; not a bool)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value >= 0
+
+
+def _check_fields(v):
+    """A planned value's offset and size are byte counts (ints >= 0): a negative size would hide an overlap
+    (its bytes [offset, offset + size) are empty), and None cannot be compared."""
+    for what in ("offset", "size"):
+        value = getattr(v, what)
+        if not _is_count(value):
+            raise PlanValidationError(f"value '{v.name}' (ML index {v.index}) has {what}={value!r}; a planned "
+                                      f"tensor's {what} is a byte count (an int >= 0)")
+
+
 def validate(plan):
     """Raise PlanValidationError naming the offending value (or pair); returns the number of planned
     tensors checked."""
+    if not all(hasattr(plan, a) for a in ("planned", "peak_bytes", "values")):
+        raise PlanValidationError(f"validate takes a Plan (ortlab.memory.plan(model, shapes), or a Placement's "
+                                  f"as_plan()), not {type(plan).__name__}")
+    if not _is_count(plan.peak_bytes):
+        raise PlanValidationError(f"the plan's peak_bytes is {plan.peak_bytes!r}; the block's size is a byte "
+                                  "count (an int >= 0)")
+    for v in plan.values:
+        if v.offset is not None:
+            _check_fields(v)
     planned = plan.planned()
     for v in planned:
         if v.offset < 0 or v.offset + v.size > plan.peak_bytes:

@@ -25,6 +25,7 @@ import torch
 
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
+from ortlab.training.optimizers import OptimizerError, check_hyperparameters
 
 # multi_tensor_apply.cuh: how many tensors / blocks one launch's argument struct can describe,
 # indexed by depth - 1 (FusedAdam's lists are g, p, m, v: depth 4).
@@ -279,17 +280,33 @@ def train_params(make_optimizer, module="mlp", steps=5, seed=0):
     return torch.cat([p.detach().double().flatten() for p in model.parameters()])
 
 
+def check_adam_arguments(lr, weight_decay, eps):
+    """lr, weight_decay and eps by torch.optim.Adam's rules (finite numbers >= 0: ortlab.training.optimizers).
+    ORT's FusedAdam.__init__ (onnxruntime/training/optim/fused_adam.py) checks none of them: it puts them in
+    its param group as given, and a NaN or negative value trains to NaN without an error."""
+    try:
+        check_hyperparameters(lr, eps=eps, weight_decay=weight_decay)
+    except OptimizerError as exc:
+        raise FusedAdamError(f"{exc}. ORT's FusedAdam.__init__ (onnxruntime/training/optim/fused_adam.py) does "
+                             "not check its arguments and would train to NaN or nonsense without an error; ortlab "
+                             "refuses by torch.optim.Adam's rules, and refuses inf too") from None
+
+
 def fused_adam_params(module="mlp", steps=5, lr=1e-2, weight_decay=0.01, eps=1e-6, mode="ADAMW_TRANSFORMERS",
                       chunk_size=None):
     """ORT's FusedAdam (its step(), with the CPU kernel) trained `steps` steps: (params, CpuFusedOps).
-    chunk_size overrides MultiTensorApply's 2048 * 32 (to show chunking on small models)."""
+    chunk_size overrides MultiTensorApply's 2048 * 32 (to show chunking on small models). lr, weight_decay
+    and eps are checked as torch.optim.Adam checks them (check_adam_arguments); ORT's FusedAdam does not."""
     fused_adam, _ = fused_adam_class()
+    check_adam_arguments(lr, weight_decay, eps)
+    if chunk_size is not None:
+        chunk_size = _positive(chunk_size, "chunk_size")
     mode = _mode(mode)
     with cpu_fused_ops() as ops:
         def make(params):
             optimizer = fused_adam(params, lr=lr, eps=eps, weight_decay=weight_decay, adam_w_mode=mode)
             if chunk_size is not None:
-                optimizer._multi_tensor_applier.chunk_size = _positive(chunk_size, "chunk_size")
+                optimizer._multi_tensor_applier.chunk_size = chunk_size
             return optimizer
         params = train_params(make, module, steps)
     return params, ops
@@ -305,6 +322,13 @@ def compare_with_torch(module="mlp", steps=5, lr=1e-2, weight_decay=0.01, eps_va
     if tolerance is not None and (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float))
                                   or not tolerance > 0):
         raise FusedAdamError(f"tolerance must be a positive number (e.g. 1e-5) or None, not {tolerance!r}")
+    if isinstance(eps_values, (str, bytes)) or not hasattr(eps_values, "__iter__"):
+        raise FusedAdamError(f"eps_values must be a list of eps values such as (1e-8, 1e-6), not {eps_values!r}")
+    eps_values = list(eps_values)
+    if not eps_values:
+        raise FusedAdamError("eps_values is empty: give at least one eps, e.g. (1e-8, 1e-6)")
+    for eps in eps_values:
+        check_adam_arguments(lr, weight_decay, eps)
     from ortlab.viz import Table
 
     references = {

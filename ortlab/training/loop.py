@@ -1,14 +1,16 @@
 """A training loop for the notebooks: progress bar, loss curve, step times, global norm, loss scale.
 
-The loop of seed 002's slide (zero_grad, forward, backward, step) with what a training
+The plain training loop (zero_grad, forward, backward, step) with what a training
 engineer watches while it runs: the loss, the gradients' global norm, the time per step,
 and, with loss scaling, the steps skipped because a gradient overflowed (as a dynamic loss
 scaler does; ORT's is orttraining/orttraining/python/training/amp/loss_scaler.py).
 """
 import math
+import numbers
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -96,8 +98,9 @@ def train(model, batches, optimizer, steps, loss_fn=None, clip_norm=None, loss_s
     change the learning rate, to look at the gradients). log_dir: a run folder (e.g. runs/lab08)
     where each step's loss, lr and norm are also written for TensorBoard (tensorboard.py).
     """
-    if steps < 1 or (not callable(batches) and not len(batches)):
-        raise TrainingError("need steps >= 1 and at least one batch")
+    check_arguments(model, batches, optimizer, steps, clip_norm, loss_scale)
+    if on_step is not None and not callable(on_step):
+        raise TrainingError(f"on_step must be a function on_step(step, history) or None, not {on_step!r}")
     history = History()
     writer = None
     if log_dir is not None:
@@ -124,6 +127,32 @@ def train(model, batches, optimizer, steps, loss_fn=None, clip_norm=None, loss_s
     return history
 
 
+def check_arguments(model, batches, optimizer, steps, clip_norm=None, loss_scale=1.0):
+    """What train() needs, checked before the first step: a callable model, batches (a non-empty list of
+    input tuples, or a function step -> tuple), an optimizer with param_groups, steps an int >= 1,
+    clip_norm None or a positive number, loss_scale a positive finite number."""
+    if not callable(model):
+        raise TrainingError(f"model must be a torch.nn.Module (callable), not {type(model).__name__}")
+    if not callable(batches):
+        if isinstance(batches, (str, bytes, dict)) or not (hasattr(batches, "__getitem__") and
+                                                           hasattr(batches, "__len__")):
+            raise TrainingError(f"batches must be a list of input tuples (cycled) or a function step -> tuple, not "
+                                f"{type(batches).__name__}; for a DataLoader, pass list(loader) or a function")
+        if not batches:
+            raise TrainingError("batches is empty: need at least one batch")
+    if not isinstance(getattr(optimizer, "param_groups", None), list):
+        raise TrainingError(f"optimizer must be a torch.optim.Optimizer (with param_groups), not "
+                            f"{type(optimizer).__name__}")
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise TrainingError(f"steps must be an int >= 1, not {type(steps).__name__} {steps!r}")
+    for name, value in (("clip_norm", clip_norm), ("loss_scale", loss_scale)):
+        if value is None and name == "clip_norm":
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+            raise TrainingError(f"{name} must be a positive finite number{' or None' if name == 'clip_norm' else ''}, "
+                                f"not {value!r}")
+
+
 def curve_shape(losses, window=5):
     """What a loss curve looks like, by the rules a training engineer applies by eye:
 
@@ -131,7 +160,13 @@ def curve_shape(losses, window=5):
     end is above the start), 'spiky' (a step jumps up by more than half the curve's total descent),
     else 'decreasing'.
     """
-    values = [float(v) for v in losses]
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
+        raise TrainingError(f"window must be an int >= 1 (steps averaged at each end), not {window!r}")
+    try:
+        values = [float(v) for v in losses]
+    except (TypeError, ValueError):
+        raise TrainingError(f"curve_shape takes a list of losses (numbers, e.g. History.losses), not "
+                            f"{losses!r:.80}") from None
     if len(values) < 2 * window:
         raise TrainingError(f"need at least {2 * window} losses to judge a curve, got {len(values)}")
     if not all(math.isfinite(v) for v in values):

@@ -8,6 +8,7 @@ orttraining/orttraining/training_ops/cuda/optimizer/lamb.cc, and FusedAdam's mul
 apply in orttraining/orttraining/python/training/optim/fused_adam.py.
 """
 import math
+import numbers
 
 import torch
 
@@ -18,16 +19,47 @@ class OptimizerError(OrtlabError):
     """An optimizer was given a value it cannot use (negative learning rate, betas outside [0, 1))."""
 
 
-def _check(lr, betas=(0.0, 0.0), eps=0.0, weight_decay=0.0, momentum=0.0):
-    if lr < 0 or eps < 0 or weight_decay < 0 or not 0 <= momentum < 1:
-        raise OptimizerError(f"need lr >= 0, eps >= 0, weight_decay >= 0 and 0 <= momentum < 1; got "
-                             f"lr={lr}, eps={eps}, weight_decay={weight_decay}, momentum={momentum}")
-    if not all(0 <= b < 1 for b in betas):
-        raise OptimizerError(f"betas must lie in [0, 1), got {betas}")
+def _number(name, value, upper=None):
+    """A hyperparameter as torch's optimizers take it: a real number (a 1-element tensor too), >= 0 and, with
+    `upper`, < upper; and finite. torch.optim.Adam's checks (`not 0.0 <= lr`, ...) refuse NaN, which
+    torch.optim.SGD's (`lr < 0.0`) lets through; both accept inf. Here NaN and inf are refused alike: either
+    turns the parameters into NaN or inf at the first step, without an error."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise OptimizerError(f"{name} must be a number (a float such as 1e-3), not {type(value).__name__} {value!r}")
+    if upper is not None and not 0 <= value < upper:
+        raise OptimizerError(f"{name.split('[')[0]} must lie in [0, {upper}), got {name}={value}")
+    if not value >= 0:
+        raise OptimizerError(f"Invalid {name}: {value}; need {name} >= 0 (torch.optim.Adam raises ValueError for "
+                             "a negative or NaN value)")
+    if not math.isfinite(value):
+        raise OptimizerError(f"Invalid {name}: {value}; need a finite {name} (torch accepts inf, but no step "
+                             "means anything then: the parameters turn inf or NaN, or never move)")
+
+
+def check_hyperparameters(lr, betas=(0.0, 0.0), eps=0.0, weight_decay=0.0, momentum=0.0):
+    """torch's rules for lr, eps, weight_decay (>= 0) and betas (each in [0, 1)); momentum in [0, 1) here
+    (torch only asks >= 0); every value a finite number (torch fails on lr="0.1" with a bare TypeError)."""
+    _number("lr", lr)
+    _number("eps", eps)
+    _number("weight_decay", weight_decay)
+    _number("momentum", momentum, upper=1)
+    if isinstance(betas, (str, bytes)) or not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise OptimizerError(f"betas must be a pair (beta1, beta2) such as (0.9, 0.999), not {betas!r}")
+    for k, beta in enumerate(betas):
+        _number(f"betas[{k}]", beta, upper=1)
 
 
 class _Plain(torch.optim.Optimizer):
     """Calls `update(p, grad, state, group)` for every parameter that has a gradient."""
+
+    def __init__(self, params, defaults):
+        try:
+            super().__init__(params, defaults)
+        except (TypeError, ValueError) as exc:  # torch's: an empty or non-iterable params
+            raise OptimizerError(f"{type(self).__name__}'s params must be the parameters to train, e.g. "
+                                 f"model.parameters() (or a list of param-group dicts): {exc}") from None
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -48,7 +80,12 @@ class SGD(_Plain):
     """v = momentum·v + g (+ weight_decay·p in g); p -= lr·v (nesterov: p -= lr·(g + momentum·v))."""
 
     def __init__(self, params, lr=0.01, momentum=0.0, weight_decay=0.0, nesterov=False):
-        _check(lr, weight_decay=weight_decay, momentum=momentum)
+        check_hyperparameters(lr, weight_decay=weight_decay, momentum=momentum)
+        if not isinstance(nesterov, bool):
+            raise OptimizerError(f"nesterov takes True or False, not {nesterov!r}")
+        if nesterov and momentum <= 0:  # torch.optim.SGD: "Nesterov momentum requires a momentum ..."
+            raise OptimizerError("Nesterov momentum requires a momentum > 0 (as torch.optim.SGD); pass "
+                                 "momentum=0.9, or nesterov=False")
         super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov))
 
     def update(self, p, g, state, group):
@@ -71,7 +108,7 @@ class Adam(_Plain):
     decoupled = False
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
-        _check(lr, betas, eps, weight_decay)
+        check_hyperparameters(lr, betas, eps, weight_decay)
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     def update(self, p, g, state, group):
@@ -112,7 +149,7 @@ class LAMB(_Plain):
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
-        _check(lr, betas, eps, weight_decay)
+        check_hyperparameters(lr, betas, eps, weight_decay)
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     def update(self, p, g, state, group):

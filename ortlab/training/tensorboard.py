@@ -16,6 +16,7 @@ as float32 (the event proto's simple_value), so they read back as float32(loss),
 ORT's own training examples log the same way (orttraining/tools/scripts and the ORTModule
 samples call torch.utils.tensorboard.SummaryWriter.add_scalar).
 """
+import os
 from pathlib import Path
 
 from ortlab.errors import OrtlabError
@@ -48,10 +49,20 @@ def open_writer(run_dir, replace=True, flush_secs=5):
     """
     from torch.utils.tensorboard import SummaryWriter
 
+    if not isinstance(run_dir, (str, Path)) or not str(run_dir).strip():
+        raise TensorBoardError(f"a run's folder is a str or Path such as run_folder('lab08'), not {run_dir!r}")
     path = Path(run_dir)
     if path.exists() and not path.is_dir():
         raise TensorBoardError(f"{path} is a file, not a folder: give a folder for the run's event files")
-    if replace and path.is_dir():
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TensorBoardError(f"cannot create the run folder {path}: {exc.strerror}; give a folder you can write "
+                               "to, e.g. run_folder('lab08')") from None
+    if not os.access(path, os.W_OK):
+        raise TensorBoardError(f"the run folder {path} is not writable; give a folder you can write to, e.g. "
+                               "run_folder('lab08')")
+    if replace:
         for old in path.glob(EVENT_FILES):
             old.unlink()
     return SummaryWriter(log_dir=str(path), flush_secs=flush_secs)
@@ -87,6 +98,8 @@ def log_run(history, run_dir, lrs=None, replace=True):
     elif not hasattr(history, "losses"):
         raise TensorBoardError(f"log_run takes a History (what train() returns) or a list of losses, "
                                f"not {type(history).__name__}")
+    if lrs is not None and (isinstance(lrs, (str, bytes)) or not hasattr(lrs, "__len__")):
+        raise TensorBoardError(f"lrs must be a list of learning rates, one per step, not {lrs!r}")
     if lrs is not None and len(lrs) != len(history.losses):
         raise TensorBoardError(f"lrs has {len(lrs)} values for {len(history.losses)} steps: "
                                "give one per step")
