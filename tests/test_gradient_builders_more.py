@@ -229,3 +229,55 @@ def test_pooling_over_symbolic_shapes_is_refused_where_orts_graph_gives_an_empty
     x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
     theirs = run(ort_gradient_graph(model, ["x"], "loss"), {"x": x})
     assert theirs["x_grad"].size == 0  # ORT 1.19.2: no error, an empty gradient
+
+
+def clip_model(opset):
+    """Clip(x, -0.3, 0.4) summed: the bounds as attributes before opset 11, as inputs from 11."""
+    from onnx import helper, numpy_helper
+    if opset < 11:
+        clip, inits = helper.make_node("Clip", ["x"], ["y"], min=-0.3, max=0.4), []
+    else:
+        clip = helper.make_node("Clip", ["x", "lo", "hi"], ["y"])
+        inits = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("lo", -0.3), ("hi", 0.4))]
+    graph = helper.make_graph([clip, helper.make_node("ReduceSum", ["y"], ["loss"], keepdims=0)], "g",
+                              [helper.make_tensor_value_info("x", 1, [3, 4])],
+                              [helper.make_tensor_value_info("loss", 1, [])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 7
+    return model
+
+
+@pytest.mark.parametrize("opset", [8, 10, 11, 12, 17])
+def test_clip_gradient_at_every_opset(opset):
+    """ortlab's mask reads the bounds from the attributes before opset 11, and builds X >= min
+    from Not(Less) before opset 12. ORT 1.19.2's builder ignores the attributes (dY passes
+    unclipped) and emits GreaterOrEqual, which opset 11 lacks (the model does not load)."""
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    xt = torch.tensor(x, requires_grad=True)
+    torch.clamp(xt, -0.3, 0.4).sum().backward()
+    model = clip_model(opset)
+    np.testing.assert_array_equal(run(build_gradient_graph(model, ["x"], "loss"), {"x": x})["x_grad"], xt.grad.numpy())
+    if opset == 11:
+        with pytest.raises(OrtlabError, match="No Op registered for GreaterOrEqual with domain_version of 11"):
+            run(ort_gradient_graph(model, ["x"], "loss"), {"x": x})
+        return
+    theirs = run(ort_gradient_graph(model, ["x"], "loss"), {"x": x})["x_grad"]
+    if opset < 11:
+        np.testing.assert_array_equal(theirs, np.ones_like(x))
+    else:
+        np.testing.assert_array_equal(theirs, xt.grad.numpy())
+
+
+def test_conv_with_same_padding_over_symbolic_shapes_is_refused():
+    from onnx import helper
+    from ortlab.gradients import GradientBuilderError
+
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER"),
+             helper.make_node("ReduceSum", ["y"], ["loss"], keepdims=0)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, ["N", 2, "H", "W"]),
+                                           helper.make_tensor_value_info("w", 1, [3, 2, 3, 3])],
+                              [helper.make_tensor_value_info("loss", 1, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with pytest.raises(GradientBuilderError, match="auto_pad=SAME_UPPER needs the static spatial shapes"):
+        build_gradient_graph(model, ["x", "w"], "loss")

@@ -4,6 +4,7 @@ import math
 
 from ortlab.gradients.builder_base import MS
 from ortlab.gradients.registry import register_gradient
+from ortlab.onnx_defs import opset_of
 
 
 def _binary(b, grads, identity=False):
@@ -92,20 +93,29 @@ def get_abs_gradient(b):
 @register_gradient("Clip")
 def get_clip_gradient(b):
     """dX = dY·[min <= X <= max] (1 at the bounds: a subgradient); min and max get none.
-    ORT: GreaterOrEqual, LessOrEqual, And, Cast, Mul (Identity when neither bound is given)."""
+    ORT: GreaterOrEqual, LessOrEqual, And, Cast, Mul (Identity when neither bound is given). ORT
+    1.19.2 reads only the inputs, so before opset 11 (bounds as attributes) it passes dY through
+    unclipped, and before opset 12 its GreaterOrEqual does not exist; ortlab handles both."""
     low = b.I(1) or (b.constant(b.attr("min"), like=b.I(0)) if b.attr("min") is not None else "")
     high = b.I(2) or (b.constant(b.attr("max"), like=b.I(0)) if b.attr("max") is not None else "")
     masks = []  # before opset 11 the bounds are the attributes min and max
     if low:
-        masks.append(b.emit("GreaterOrEqual", [b.I(0), low]))
+        masks.append(_compare(b, "GreaterOrEqual", low))
     if high:
-        masks.append(b.emit("LessOrEqual", [b.I(0), high]))
+        masks.append(_compare(b, "LessOrEqual", high))
     nones = [None] * (len(b.node.inputs) - 1)
     if not masks:
         return [b.emit("Identity", [b.GO(0)], [b.GI(0)])] + nones
     mask = masks[0] if len(masks) == 1 else b.emit("And", masks)
     mask = b.emit("Cast", [mask], to=b.elem_type(b.I(0)))
     return [b.emit("Mul", [b.GO(0), mask], [b.GI(0)])] + nones
+
+
+def _compare(b, op, bound):
+    """X >= bound or X <= bound; before opset 12, which lacks those ops, Not(Less) or Not(Greater)."""
+    if (opset_of(b.graph.opset_imports) or 0) >= 12:
+        return b.emit(op, [b.I(0), bound])
+    return b.emit("Not", [b.emit("Less" if op == "GreaterOrEqual" else "Greater", [b.I(0), bound])])
 
 
 @register_gradient("LeakyRelu")
