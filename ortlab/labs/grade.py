@@ -310,6 +310,11 @@ def _cell_name(nb, index):
 
 
 def _kernel_env():
+    """The grader's environment for the kernel, with ortlab first on the path and Triton's mode chosen as
+    ortlab.env chooses it (a lab that imports triton before ortlab still runs Triton's interpreter)."""
+    from ortlab import env as ortlab_env
+
+    ortlab_env.configure_triton()  # sets TRITON_INTERPRET here when unset and no GPU: the kernel inherits it
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env
