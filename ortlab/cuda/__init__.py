@@ -13,6 +13,7 @@ on a CPU-only machine and read what the GPU would be handed:
                                                 as plain data (archs.py)
 
     cpu_kernel(source, name)                    the same source compiled by g++ for the CPU runner
+    cpu_kernels(source, names)                  several kernels of one source, one g++ build
     launch(kernel, grid, block, *args)          run it on numpy arrays, bounds-checked, deterministic,
                                                 in a child process stopped after `timeout` s
     schedule_differences(kernel, grid, ...)     the arrays a race between two barriers changes (cpu.py)
@@ -61,11 +62,11 @@ around `__syncthreads()`.
 """
 from ortlab.cuda.archs import ARCHS, ArchLimits, arch_limits
 from ortlab.cuda.compiler import CompileResult, clear_cache, compile
-from ortlab.cuda.cpu import CpuKernel, cpu_kernel, launch, schedule_differences
+from ortlab.cuda.cpu import CpuKernel, cpu_kernel, cpu_kernels, launch, schedule_differences
 from ortlab.cuda.nvrtc import CudaCompileError, Diagnostic
 from ortlab.cuda.occupancy import Occupancy, occupancy
 from ortlab.cuda.ptxas import KernelResources
 
 __all__ = ["ARCHS", "ArchLimits", "CompileResult", "CpuKernel", "CudaCompileError", "Diagnostic",
-           "KernelResources", "Occupancy", "arch_limits", "clear_cache", "compile", "cpu_kernel", "launch",
+           "KernelResources", "Occupancy", "arch_limits", "clear_cache", "compile", "cpu_kernel", "cpu_kernels", "launch",
            "occupancy", "schedule_differences"]

@@ -76,6 +76,7 @@ class CpuKernel:
     name: str
     params: tuple
     library: ctypes.CDLL
+    entry: str = "ortlab_launch"  # the library's extern "C" function that launches this kernel
 
     def __repr__(self):
         params = ", ".join(f"{p.type}{'*' if p.pointer else ''} {p.name}" for p in self.params)
@@ -137,7 +138,7 @@ def _rewrite(source, name, params):
                                f"ortlab_cpu::dynamic_shared<{m['type']}>(\"{m['name']}\");", source)
 
 
-def _wrapper(name, params):
+def _wrapper(name, params, entry="ortlab_launch"):
     args = []
     for k, p in enumerate(params):
         if p.pointer:
@@ -146,7 +147,7 @@ def _wrapper(name, params):
             args.append(f"*({p.type}*)ortlab_args[{k}]")
     # every name here starts with ortlab_, so that no kernel name or macro of the source collides
     return f"""
-extern "C" __attribute__((visibility("default"))) int ortlab_launch(
+extern "C" __attribute__((visibility("default"))) int {entry}(
     void** ortlab_args, const long long* ortlab_sizes, unsigned ortlab_gx, unsigned ortlab_gy, unsigned ortlab_gz,
     unsigned ortlab_bx, unsigned ortlab_by, unsigned ortlab_bz, int ortlab_reverse, unsigned long long ortlab_shared,
     char* ortlab_error, int ortlab_error_size) {{
@@ -168,6 +169,28 @@ def cpu_kernel(source, name, timeout=120.0):
                 + '\n#line 1 "ortlab_launch"\n' + _wrapper(name, params))
         _BUILT[key] = CpuKernel(name, params, ctypes.CDLL(_build(text, key, timeout)))
     return _BUILT[key]
+
+
+def cpu_kernels(source, names, timeout=120.0):
+    """{name: CpuKernel} for several __global__ kernels of one `source`, built by one g++ run into
+    one library (each kernel's pointer parameters checked, each with its own launch entry)."""
+    if not isinstance(source, str) or isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise OrtlabError("cpu_kernels takes the CUDA C++ source (str) and a list of kernel names")
+    names = tuple(dict.fromkeys(names))
+    if not names:
+        raise OrtlabError("cpu_kernels needs at least one kernel name")
+    header = HEADER.read_text()
+    key = hashlib.sha256("\0".join((source, *names, header, repr(BUILD))).encode()).hexdigest()[:20]
+    if key not in _BUILT:
+        text, params = source, {}
+        for name in names:  # each rewrite keeps line numbers, so later signatures are found again
+            params[name] = parse_params(text, name)
+            text = _rewrite(text, name, params[name])
+        wrappers = "".join(_wrapper(n, params[n], f"ortlab_launch_{k}") for k, n in enumerate(names))
+        text = f'#include "{HEADER}"\n#line 1 "kernel.cu"\n' + text + '\n#line 1 "ortlab_launch"\n' + wrappers
+        library = ctypes.CDLL(_build(text, key, timeout))
+        _BUILT[key] = {n: CpuKernel(n, params[n], library, f"ortlab_launch_{k}") for k, n in enumerate(names)}
+    return dict(_BUILT[key])
 
 
 def _build(text, key, timeout):
@@ -278,7 +301,7 @@ def _call(kernel, arrays, sizes, shape, error=None):
     pointers = (ctypes.c_void_p * max(1, len(arrays)))(*(a.ctypes.data for a in arrays))
     counts = (ctypes.c_longlong * max(1, len(arrays)))(*sizes)
     error = ctypes.create_string_buffer(512) if error is None else error
-    failed = kernel.library.ortlab_launch(pointers, counts, *shape, error, ctypes.c_int(len(error)))
+    failed = getattr(kernel.library, kernel.entry)(pointers, counts, *shape, error, ctypes.c_int(len(error)))
     return failed, error.value.decode(errors="replace")
 
 

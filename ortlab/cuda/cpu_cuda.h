@@ -356,3 +356,7 @@ inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
 inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
 inline float min(float a, float b) { return std::fmin(a, b); }
 inline float max(float a, float b) { return std::fmax(a, b); }
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, sizeof f); return f; }
+inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, sizeof i); return i; }
+inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, sizeof f); return f; }
+inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, sizeof i); return i; }
