@@ -70,8 +70,8 @@ class Learner:
     """One of the learner's objects, as a check sees it: a name in the notebook (grading), or the object
     itself (a check called in the notebook). A check never calls it: it hands it to a probe."""
 
-    def __init__(self, name=None, obj=None, known=False):
-        self.name, self.obj, self.known = name, obj, known
+    def __init__(self, name=None, obj=None):
+        self.name, self.obj = name, obj
 
     def __repr__(self):
         return f"Learner({self.name!r})" if self.name else f"Learner({type(self.obj).__name__})"
@@ -79,7 +79,7 @@ class Learner:
 
 def learner(value, name=None):
     """`value` marked as the learner's (kept as it is when it already is a Learner)."""
-    return value if isinstance(value, Learner) else Learner(name, value, known=True)
+    return value if isinstance(value, Learner) else Learner(name, value)
 
 
 # --- the codec -----------------------------------------------------------------------------------------
