@@ -81,4 +81,12 @@ if [ ! -f "$env_dir/share/jupyter/kernels/ortlab/kernel.json" ]; then
     say "registering the Jupyter kernel 'ortlab'"
     "$py" -m ipykernel install --sys-prefix --name ortlab --display-name "Python (ortlab)" > /dev/null
 fi
+# JupyterLab's settings for this lab: no "get notified about official Jupyter news?" pop-up and no update
+# check (both would reach the network); `make lab` and the browser test start JupyterLab the same way.
+lab_settings=$env_dir/share/jupyter/lab/settings
+if ! cmp -s tools/jupyterlab-overrides.json "$lab_settings/overrides.json"; then
+    say "JupyterLab settings: no news pop-up, no update check ($lab_settings/overrides.json)"
+    mkdir -p "$lab_settings"
+    cp tools/jupyterlab-overrides.json "$lab_settings/overrides.json"
+fi
 say "ready in $(( $(date +%s) - start )) s: $py"
