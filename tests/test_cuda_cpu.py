@@ -331,3 +331,30 @@ def test_warp_operations_the_runner_does_not_model_are_refused(body, block, mess
     kernel = cpu.cpu_kernel(f'extern "C" __global__ void w(float* y) {{ {body} }}', "w")
     with pytest.raises(OrtlabError, match=message):
         cpu.launch(kernel, 1, block, np.zeros(block, np.float32))
+
+
+def test_printf_in_a_kernel_reaches_stdout_from_the_child_process(capfd):
+    kernel = cpu.cpu_kernel(r"""
+    extern "C" __global__ void hello(int* y) { if (threadIdx.x == 1) printf("hello from thread %d\n", threadIdx.x); }
+    """, "hello")
+    cpu.launch(kernel, 1, 2, np.zeros(1, np.int32))
+    assert "hello from thread 1" in capfd.readouterr().out
+
+
+def test_cpu_kernels_builds_several_kernels_of_one_source_once():
+    source = TRANSPOSE + HISTOGRAM
+    built = cpu.cpu_kernels(source, ["transpose", "histogram"])
+    assert built["transpose"].library is built["histogram"].library
+    a = np.arange(20 * 18, dtype=np.float32).reshape(20, 18)
+    t = np.zeros((18, 20), np.float32)
+    cpu.launch(built["transpose"], (2, 2), (16, 16), a, t, 20, 18)
+    np.testing.assert_array_equal(t, a.T)
+    values, counts = np.array([1, 1, 3], np.int32), np.zeros(4, np.uint32)
+    cpu.launch(built["histogram"], 1, 32, values, counts, 3)
+    np.testing.assert_array_equal(counts, [0, 2, 0, 1])
+    with pytest.raises(OrtlabError, match="list of kernel names"):
+        cpu.cpu_kernels(source, "transpose")
+    with pytest.raises(OrtlabError, match="at least one kernel name"):
+        cpu.cpu_kernels(source, [])
+    with pytest.raises(OrtlabError, match="no __global__ kernel named 'scan'"):
+        cpu.cpu_kernels(source, ["transpose", "scan"])
