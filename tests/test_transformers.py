@@ -19,7 +19,8 @@ CPU = ["CPUExecutionProvider"]
 LEVEL = {1: "basic", 2: "extended"}
 # The op types a fusion emits or an elimination removes: compared with ORT node type by node type.
 COUNTED = ["LayerNormalization", "com.microsoft:Gelu", "com.microsoft:BiasGelu", "com.microsoft:FusedMatMul",
-           "Gemm", "com.microsoft:FusedGemm", "MatMul", "Identity", "Dropout", "Erf", "Pow", "ReduceMean"]
+           "Gemm", "com.microsoft:FusedGemm", "MatMul", "Identity", "Dropout", "Erf", "Pow", "ReduceMean",
+           "com.microsoft:SkipLayerNormalization", "SimplifiedLayerNormalization", "Add", "Mul", "Div", "Where"]
 
 
 def ort_counts(model, level=2):

@@ -26,6 +26,7 @@ from ortlab.transformers.gelu_fusion import BiasGeluFusion, GeluFusion  # noqa: 
 from ortlab.transformers.layer_norm_fusion import LayerNormFusion  # noqa: E402
 from ortlab.transformers.simplified_layer_norm_fusion import SimplifiedLayerNormFusion  # noqa: E402
 from ortlab.transformers.bias_fusions import BiasDropoutFusion, BiasSoftmaxFusion  # noqa: E402
+from ortlab.transformers.skip_layer_norm_fusion import SkipLayerNormFusion  # noqa: E402
 from ortlab.transformers.eliminations import (CastElimination, EliminateDropout,  # noqa: E402
                                               EliminateIdentity, NoopReshapeElimination)
 from ortlab.transformers.manager import GraphTransformerManager, TransformerRecord, optimize  # noqa: E402
@@ -38,7 +39,7 @@ __all__ = ["BiasDropoutFusion", "BiasGeluFusion", "BiasSoftmaxFusion", "CastElim
            "GeluFusion", "GemmActivationFusion", "GraphTransformer", "GraphTransformerManager", "LEVELS",
            "LayerNormFusion", "Match", "MatMulAddFusion", "MatMulScaleFusion", "MatmulTransposeFusion",
            "NoopElimination", "NoopReshapeElimination", "NotWhereFusion", "PatternFusion", "RewriteRule",
-           "RuleBasedGraphTransformer", "RuleEffect", "SimplifiedLayerNormFusion",
+           "RuleBasedGraphTransformer", "RuleEffect", "SimplifiedLayerNormFusion", "SkipLayerNormFusion",
            "TransformerError", "TransformerRecord", "graph_utils", "known_names", "optimize",
            "optimize_for_training", "ort_pre_training_table", "pre_training_transformers",
            "register_rule", "register_transformer", "unregister"]
