@@ -30,7 +30,7 @@ def _conv_attributes(b):
     spatial = None if x is None or w is None else list(x[2:]) + list(w[2:])
     if spatial is None or not all(isinstance(d, int) for d in spatial):
         raise GradientBuilderError(
-            f"Conv {b.node.name!r}: auto_pad={auto_pad} needs the static spatial shapes of X and W "
+            f"Conv {_label(b)}: auto_pad={auto_pad} needs the static spatial shapes of X and W "
             f"(got {x} and {w}), because ORT's ConvGrad ignores auto_pad; give the Conv explicit pads")
     n = len(x) - 2
     strides, dilations = attributes.get("strides") or [1] * n, attributes.get("dilations") or [1] * n
@@ -76,6 +76,11 @@ def _require_static_shape(b):
     shape = b.shape(b.I(0))
     if shape is None or not all(isinstance(d, int) for d in shape):
         raise GradientBuilderError(
-            f"{b.node.op_type} {b.node.name!r}: its gradient ({b.node.op_type}Grad) needs the static shape "
+            f"{b.node.op_type} {_label(b)}: its gradient ({b.node.op_type}Grad) needs the static shape "
             f"of X, got {shape}; ORT's kernel reads dX's shape from the graph and returns an empty "
             "tensor when a dimension is symbolic. Give the model's inputs fixed shapes")
+
+
+def _label(b):
+    """The node's name, or its index when it has none."""
+    return repr(b.node.name) if b.node.name else f"#{b.node.index}"
