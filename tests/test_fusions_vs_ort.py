@@ -340,6 +340,18 @@ def skip_layer_norm(form=3, a_shape=(2, 3, 4), c_shape=(2, 3, 4), sum_output=Fal
     return model(nodes, [("a", list(a_shape)), ("c", list(c_shape))], ["y"] + (["s"] if sum_output else []), inits)
 
 
+def gemm_sum(c_shape=(5,), with_c=False, sum_inputs=2, trans_b=0, opset=17):
+    """Sum(Gemm(a [3, 4], w), c) with w [4, 5] (or [5, 4] with trans_b); with_c gives the Gemm a C
+    already; sum_inputs 3 adds a third Sum input."""
+    w = np.linspace(-1, 1, 20).astype(np.float32).reshape((5, 4) if trans_b else (4, 5))
+    gemm_in = ["a", "w"] + (["c0"] if with_c else [])
+    nodes = [h("Gemm", gemm_in, ["g"], alpha=0.5, transB=trans_b),
+             h("Sum", ["g", "c"] + (["c"] if sum_inputs == 3 else []), ["y"])]
+    m = model(nodes, [("a", [3, 4]), ("c", list(c_shape))], ["y"], [("w", w), ("c0", f32(np.ones(5)))])
+    m.opset_import[0].version = opset
+    return m
+
+
 # (case id, model builder, ortlab's graph equals ORT's?) -- where not, the test named says why
 CASES = [
     ("scale-rank0-input", scale_rank0_input, True),
@@ -431,6 +443,13 @@ CASES = [
     ("skiplayernorm-onnx-ln", lambda: skip_layer_norm(onnx_ln_axis=-1), True),
     # ORT 1.19.2 fuses it into a node that fails to run: test_ort_fuses_a_layer_norm_over_other_axes...
     ("skiplayernorm-onnx-ln-axis-1", lambda: skip_layer_norm(onnx_ln_axis=1), False),
+    ("gemmsum-bias-n", gemm_sum, True),
+    ("gemmsum-bias-1n", lambda: gemm_sum(c_shape=(1, 5)), True),
+    ("gemmsum-bias-m1", lambda: gemm_sum(c_shape=(3, 1)), True),
+    ("gemmsum-bias-mn-transb", lambda: gemm_sum(c_shape=(3, 5), trans_b=1), True),
+    ("gemmsum-bias-scalar", lambda: gemm_sum(c_shape=()), True),
+    ("gemmsum-gemm-has-c", lambda: gemm_sum(with_c=True), True),
+    ("gemmsum-sum-of-three", lambda: gemm_sum(sum_inputs=3), True),
 ]
 
 
@@ -530,7 +549,7 @@ def test_the_figures_are_counted():
     assert equal == len(CASES) - 5
 
 
-# --- level-1 rules: NoopElimination, DivMulFusion, NotWhereFusion -------------------------------------
+# --- level-1 rules: NoopElimination, DivMulFusion, NotWhereFusion, GemmSumFusion ----------------------
 
 def test_ort_removes_an_add_of_an_empty_constant():
     """x [2, 1] + c [0] is [2, 0]; ORT 1.19.2's NoopElimination removes the Add and the result stays
@@ -567,7 +586,7 @@ def test_a_where_reading_not_as_a_branch_is_left_alone():
     assert any("branch" in why for why in declined(manager, "Level1_RuleBasedTransformer"))
 
 
-@pytest.mark.parametrize("name", ["NoopElimination", "DivMulFusion", "NotWhereFusion"])
+@pytest.mark.parametrize("name", ["NoopElimination", "DivMulFusion", "NotWhereFusion", "GemmSumFusion"])
 def test_the_new_rules_are_level_1_on_every_ep(name):
     """ORT registers them in GenerateRewriteRules for level 1, for all EPs (graph_transformer_utils.cc)."""
     from ortlab.transformers import registry
@@ -613,3 +632,15 @@ def test_ort_fuses_a_layer_norm_over_other_axes_into_skip_layer_norm():
     assert "com.microsoft:SkipLayerNormalization" not in ex.op_counts(ours)
     assert any("axis" in why for why in declined(manager, "SkipLayerNormFusion"))
     assert_same_outputs(m, ours)
+
+
+@pytest.mark.parametrize("name, eps", [("SimplifiedLayerNormFusion", {"CPUExecutionProvider", "CUDAExecutionProvider",
+                                                                     "ROCMExecutionProvider"}),
+                                       ("SkipLayerNormFusion", {"CPUExecutionProvider", "CUDAExecutionProvider",
+                                                                "DmlExecutionProvider", "ROCMExecutionProvider"})])
+def test_the_new_fusions_are_level_2_for_orts_eps(name, eps):
+    """ORT registers them at level 2 for these EPs (graph_transformer_utils.cc: cpu_cuda_rocm_eps,
+    cpu_cuda_dml_rocm_eps)."""
+    from ortlab.transformers import registry
+    level, _, compatible = registry.TRANSFORMERS[name]
+    assert level == 2 and set(compatible) == eps

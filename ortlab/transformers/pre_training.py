@@ -14,6 +14,7 @@ from ortlab.transformers.constant_folding import ConstantFolding
 from ortlab.transformers.constant_sharing import ConstantSharing
 from ortlab.transformers.eliminations import CastElimination, EliminateDropout
 from ortlab.transformers.gelu_fusion import GeluFusion
+from ortlab.transformers.gemm_sum_fusion import GemmSumFusion
 from ortlab.transformers.graph_transformer import RuleBasedGraphTransformer
 from ortlab.transformers.layer_norm_fusion import LayerNormFusion
 from ortlab.transformers.manager import GraphTransformerManager
@@ -26,7 +27,8 @@ ORT_PRE_TRAINING_TRANSFORMERS = [
     ("rules: InsertMaxPoolOutput, BatchNormReplacement, UnsqueezeElimination, ExpandElimination, "
      "CastElimination, PreShapeNodeElimination, NoopElimination, DivMulFusion, EliminateDropout, "
      "GemmSumFusion, GemmTransposeFusion, NotWhereFusion, InsertSoftmaxCrossEntropyLossOutput, "
-     "LSTMReplacement", "CastElimination, NoopElimination, DivMulFusion, EliminateDropout, NotWhereFusion"),
+     "LSTMReplacement", "CastElimination, NoopElimination, DivMulFusion, EliminateDropout, GemmSumFusion, "
+     "NotWhereFusion"),
     ("ConstantSharing", "ConstantSharing"),
     ("LayerNormFusion (before CSE, which would merge its two ReduceMeans' users)", "LayerNormFusion"),
     ("CommonSubexpressionElimination", "CommonSubexpressionElimination"),
@@ -49,7 +51,8 @@ def pre_training_transformers(weights_to_train=(), steps=5):
     excluded = tuple(as_names(weights_to_train, "weights_to_train"))
     manager = GraphTransformerManager(steps)
     rules = RuleBasedGraphTransformer("Level1_RuleBasedTransformer", [
-        CastElimination(), NoopElimination(excluded), DivMulFusion(excluded), EliminateDropout(), NotWhereFusion()])
+        CastElimination(), NoopElimination(excluded), DivMulFusion(excluded), EliminateDropout(), GemmSumFusion(),
+        NotWhereFusion()])
     for transformer in (ConstantSharing(excluded), LayerNormFusion(), CommonSubexpressionElimination(),
                         GeluFusion(), SimplifiedLayerNormFusion(), ConstantFolding(excluded), rules):
         manager.register(transformer, level=1)
