@@ -33,8 +33,9 @@ around `__syncthreads()`.
   one after another), the atomics as plain read-modify-writes (threads never run at once), and
   `__syncthreads()` as a switch back to the scheduler. g++ (which the set-up already needs for
   ORTModule's extensions) builds it once per source into a shared library loaded with ctypes.
-- Schedule: blocks run one after another; the threads of a block are coroutines (ucontext, one
-  stack each) resumed in a fixed order, thread 0 first (or the reverse), each until it reaches
+- Schedule: blocks run one after another; the threads of a block are coroutines (one stack each,
+  started with ucontext and switched with _setjmp/_longjmp, which make no system call) resumed in a
+  fixed order, thread 0 first (or the reverse), each until it reaches
   `__syncthreads()` or returns. A barrier is complete when every thread of the block has reached
   it; a thread that returns while others wait at a barrier is reported (a divergent barrier).
   Deterministic, so a result never depends on the run; running both orders on copies of the

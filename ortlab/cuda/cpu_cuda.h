@@ -1,8 +1,9 @@
 // cpu_cuda.h: CUDA C++'s built-ins on one CPU thread, for ortlab.cuda.cpu (the CPU runner).
 //
-// A block's threads are coroutines (POSIX ucontext, one stack each) that the scheduler resumes in a
-// fixed order; each runs until it reaches __syncthreads() or returns, so the schedule between two
-// barriers is deterministic (thread 0 first, or the reverse order). Blocks run one after another.
+// A block's threads are coroutines (one stack each, started by POSIX ucontext, switched by
+// _setjmp/_longjmp) that the scheduler resumes in a fixed order; each runs until it reaches
+// __syncthreads() or a warp operation, or returns, so the schedule between two barriers is
+// deterministic (thread 0 first, or the reverse order). Blocks run one after another.
 // Pointer parameters become ortlab_cpu::ptr<T>, which checks every index against its array's size;
 // fixed-size arrays (__shared__ and local) are checked by GCC's -fsanitize=bounds, whose handler is
 // defined below. A failure stops the launch and is reported with the thread and block.
@@ -17,6 +18,7 @@
 #include <memory>
 #include <type_traits>
 #include <vector>
+#include <setjmp.h>
 #include <ucontext.h>
 
 #define __global__
@@ -46,7 +48,11 @@ constexpr const char* kWarpOpNames[] = {"__shfl_sync", "__shfl_up_sync", "__shfl
 constexpr std::size_t kStackBytes = 128 * 1024;  // a thread's locals live here
 
 struct Launch {
-  ucontext_t scheduler;
+  ucontext_t scheduler;               // where a thread's first start returns from
+  jmp_buf scheduler_jump;             // where every later switch back to the scheduler lands
+  struct Jump { jmp_buf env; };
+  std::vector<Jump> thread_jumps;     // where each started thread resumes
+  std::vector<char> started;
   std::vector<ucontext_t> contexts;
   std::vector<State> states;
   std::vector<std::unique_ptr<char[]>> stacks;  // one per thread, not zero-filled
@@ -64,6 +70,14 @@ struct Launch {
 
 inline Launch* launch_state = nullptr;
 
+// Switch from the current thread back to the scheduler; returns when the scheduler resumes it.
+// ucontext starts a thread on its own stack; every later switch is _setjmp/_longjmp, which unlike
+// swapcontext saves no signal mask, so a switch costs no system call.
+inline void yield_to_scheduler() {
+  Launch& L = *launch_state;
+  if (!_setjmp(L.thread_jumps[L.current].env)) _longjmp(L.scheduler_jump, 1);
+}
+
 // Record the first failure and hand control back to the scheduler for good.
 inline void fail(const char* what) {
   Launch& L = *launch_state;
@@ -72,13 +86,13 @@ inline void fail(const char* what) {
     std::snprintf(L.error, sizeof L.error, "thread (%u, %u, %u) of block (%u, %u, %u): %s", threadIdx.x,
                   threadIdx.y, threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z, what);
   }
-  swapcontext(&L.contexts[L.current], &L.scheduler);
+  yield_to_scheduler();
 }
 
 inline void syncthreads() {
   Launch& L = *launch_state;
   L.states[L.current] = AT_BARRIER;
-  swapcontext(&L.contexts[L.current], &L.scheduler);
+  yield_to_scheduler();
 }
 
 // A warp operation: the thread leaves its value and waits until every thread of its warp has
@@ -94,7 +108,7 @@ T warp_op(WarpOp op, unsigned mask, T value, int arg, int width) {
   std::memcpy(&bits, &value, sizeof(T));
   L.warp_calls[t] = {op, mask, bits, arg, width, L.warp_seq[t]++};
   L.states[t] = AT_WARP;
-  swapcontext(&L.contexts[t], &L.scheduler);
+  yield_to_scheduler();
   T result;
   std::memcpy(&result, &L.warp_results[t], sizeof(T));
   return result;
@@ -139,7 +153,8 @@ ptr<T> dynamic_shared(const char* name) {
 inline void trampoline() {
   Launch& L = *launch_state;
   L.body();
-  L.states[L.current] = DONE;  // uc_link returns to the scheduler
+  L.states[L.current] = DONE;
+  _longjmp(L.scheduler_jump, 1);  // never returns through uc_link: the scheduler's context is stale
 }
 
 inline bool warp_fail(Launch& L, const char* what) {
@@ -231,6 +246,8 @@ inline int run(dim3 grid, dim3 block, int reverse, std::size_t shared_bytes, std
   L.states.resize(n);
   L.stacks.resize(n);
   L.warp_calls.resize(n);
+  L.thread_jumps.resize(n);
+  L.started.resize(n);
   L.warp_results.resize(n);
   for (auto& stack : L.stacks) stack.reset(new char[kStackBytes]);
   gridDim = grid;
@@ -246,6 +263,7 @@ inline int run(dim3 grid, dim3 block, int reverse, std::size_t shared_bytes, std
           L.contexts[t].uc_link = &L.scheduler;
           makecontext(&L.contexts[t], trampoline, 0);
           L.states[t] = READY;
+          L.started[t] = 0;
         }
         L.warp_seq.assign(n, 0);
         for (int barrier = 0; !L.failed; ++barrier) {
@@ -255,7 +273,11 @@ inline int run(dim3 grid, dim3 block, int reverse, std::size_t shared_bytes, std
               if (L.states[t] != READY) continue;
               L.current = t;
               threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-              swapcontext(&L.scheduler, &L.contexts[t]);
+              if (!_setjmp(L.scheduler_jump)) {
+                if (L.started[t]) _longjmp(L.thread_jumps[t].env, 1);
+                L.started[t] = 1;
+                swapcontext(&L.scheduler, &L.contexts[t]);
+              }
             }
           } while (!L.failed && release_warps(L, n, block, false));
           if (!L.failed) release_warps(L, n, block, true);  // a warp still waiting can never complete
