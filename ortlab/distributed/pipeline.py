@@ -14,7 +14,7 @@ out of m+p-1, a fraction (p-1)/(m+p-1) (GPipe paper, Huang et al. 2019), for bot
 only lowers the activations held at once (p - stage microbatches instead of m).
 
 torch 2.6's Schedule1F1B deadlocks on gloo: its `_batch_p2p` returns `batch_isend_irecv(ops).pop()`,
-one Work of several, and waits on that one only (pytorch issue 132644, fixed after 2.6).
+one Work of several, and waits on that one only (pytorch/pytorch#132644, fixed after 2.6).
 `batch_p2p_waits_all()` patches it for the duration of a block. Run jobs that may hang with
 `launch(..., timeout=...)`; the launcher puts a barrier before destroying the process group.
 """
@@ -362,7 +362,7 @@ class _AllWorks:
 
 
 def _batch_p2p_all(p2p_ops, desc=None):
-    """schedules._batch_p2p, returning all the Works (pytorch issue 132644; the upstream fix does this)."""
+    """schedules._batch_p2p, returning all the Works (pytorch/pytorch#132644; the upstream fix does this)."""
     if len(p2p_ops) == 0:
         return None
     return _AllWorks(dist.batch_isend_irecv(p2p_ops))
@@ -373,8 +373,8 @@ def batch_p2p_waits_all():
     """Inside the block, torch.distributed.pipelining's schedules wait on every send/recv of a batch.
 
     torch 2.6's schedules._batch_p2p returns `dist.batch_isend_irecv(ops).pop()`; on gloo each op is
-    its own Work, so waiting on one leaves the others pending and Schedule1F1B deadlocks (pytorch
-    issue 132644). The patch replaces that module function and restores it on exit."""
+    its own Work, so waiting on one leaves the others pending and Schedule1F1B deadlocks
+    (pytorch/pytorch#132644). The patch replaces that module function and restores it on exit."""
     from torch.distributed.pipelining import schedules
 
     original = schedules._batch_p2p
@@ -447,8 +447,8 @@ def torch_1f1b_unpatched(rank, world_size, wait=5.0, seed=0, n_microbatches=4):
 
     The stage is built first; then the schedule's step runs in a thread, on its own process group, and
     is given `wait` seconds from the moment every rank is ready (so a slow start-up does not count).
-    If it is still running then, raises PipelineHang with the place it waits (the deadlock of pytorch
-    issue 132644): the launcher then stops the ranks without destroying the process group, which
+    If it is still running then, raises PipelineHang with the place it waits (the deadlock of
+    pytorch/pytorch#132644): the launcher then stops the ranks without destroying the process group, which
     would abort the process under a thread stuck in gloo. Returns {'losses': ...} if it finishes."""
     group = dist.new_group(backend="gloo")
     runner, _, _, x, y = _torch_runner(rank, world_size, "1f1b", seed, 8, 4, 8, n_microbatches, group)
@@ -468,7 +468,7 @@ def torch_1f1b_unpatched(rank, world_size, wait=5.0, seed=0, n_microbatches=4):
              if "pipelining" in f.filename]
     raise PipelineHang(f"torch's Schedule1F1B did not finish within {wait:g} s on rank {rank}: a deadlock; "
                        f"it waits at {' <- '.join(reversed(stack))}. torch 2.6's _batch_p2p waits on one "
-                       f"Work of several (pytorch issue 132644): run it inside batch_p2p_waits_all()")
+                       f"Work of several (pytorch/pytorch#132644): run it inside batch_p2p_waits_all()")
 
 
 def merged_grads(results, implementation, name):

@@ -138,7 +138,8 @@ def _first_line(message, width=200):
 
 def fp16_optimizer_on_deepspeed(rank, world_size, stage=1):
     """Rank function: ORT's FP16_Optimizer (onnxruntime/training/optim/fp16_optimizer.py) given a DeepSpeed
-    ZeRO optimizer, as seed 001 section 5 pairs them, then one training step through the engine.
+    ZeRO optimizer, as section 5 of the ONNX Runtime Training Guidelines pairs them, then one training
+    step through the engine.
 
     Returns {'optimizer' (DeepSpeed's class, qualified as ORT's registry keys it), 'same object' (whether
     FP16_Optimizer returned it unmodified), 'warnings' (the first line of each warning it gave), 'deepspeed'
