@@ -226,3 +226,16 @@ def test_registry_refuses_unknown_and_duplicate_sources():
         kernels.source("softmax")
     with pytest.raises(OrtlabError, match="already registered"):
         kernels.register_source(kernels.SOURCES["dropout"])
+
+
+def test_a_block_that_is_not_whole_warps_is_caught_at_the_shuffle(built):
+    """The block reductions assume whole warps (common.cuh); a block of 48 threads makes lane 0 of
+    the second warp read lane 16, which that block does not have: undefined on a GPU, an error here."""
+    x = rng().standard_normal((5, 77)).astype(np.float32)
+    kernel = built["reduce_sum"]["reduce_sum_last_axis"]
+    with pytest.raises(OrtlabError, match=r"thread \(32, 0, 0\).*lane 0 reads lane 16, which is not a thread"):
+        cuda.launch(kernel, 3, 48, x, np.zeros(5, np.float32), 5, 77)
+    for block in (32, 96, 1024):
+        y = np.zeros(5, np.float32)
+        cuda.launch(kernel, 3, block, x, y, 5, 77)
+        np.testing.assert_allclose(y, x.sum(axis=1), rtol=1e-5, atol=1e-5)
