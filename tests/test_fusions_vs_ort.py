@@ -352,6 +352,33 @@ def gemm_sum(c_shape=(5,), with_c=False, sum_inputs=2, trans_b=0, opset=17):
     return m
 
 
+def gemm_transpose(where="A", perm=(1, 0), with_c=False, other_reader=None, a_shape=(3, 4)):
+    """Gemm(Transpose(a), w) (where 'A'), Gemm(a, Transpose(w)) ('B'), Transpose(Gemm(a, w)) ('out');
+    other_reader 'gemm' or 'relu' also reads the transposed A."""
+    attrs = {} if perm is None else {"perm": list(perm)}
+    nodes, inits = [], [("w", np.linspace(-1, 1, 15).astype(np.float32).reshape(3, 5))]
+    if with_c:
+        inits.append(("c", np.ones(5, np.float32)))
+    c = ["c"] if with_c else []
+    outputs = ["y"]
+    if where == "A":
+        nodes += [h("Transpose", ["a"], ["at"], **attrs), h("Gemm", ["at", "w"] + c, ["y"], alpha=2.0)]
+        if other_reader == "gemm":
+            nodes.append(h("Gemm", ["at", "w"], ["z"], beta=0.5))
+            outputs.append("z")
+        elif other_reader == "relu":
+            nodes.append(h("Relu", ["at"], ["z"]))
+            outputs.append("z")
+    elif where == "B":
+        inits[0] = ("w", np.linspace(-1, 1, 15).astype(np.float32).reshape(5, 3))
+        nodes += [h("Transpose", ["w"], ["wt"], **attrs), h("Gemm", ["b", "wt"] + c, ["y"])]
+        return model(nodes, [("b", [4, 3])], outputs, inits)
+    else:
+        nodes += [h("Gemm", ["b", "w"] + c, ["g"], transA=0), h("Transpose", ["g"], ["y"], **attrs)]
+        return model(nodes, [("b", [4, 3])], outputs, inits)
+    return model(nodes, [("a", list(a_shape))], outputs, inits)
+
+
 # (case id, model builder, ortlab's graph equals ORT's?) -- where not, the test named says why
 CASES = [
     ("scale-rank0-input", scale_rank0_input, True),
@@ -450,6 +477,13 @@ CASES = [
     ("gemmsum-bias-scalar", lambda: gemm_sum(c_shape=()), True),
     ("gemmsum-gemm-has-c", lambda: gemm_sum(with_c=True), True),
     ("gemmsum-sum-of-three", lambda: gemm_sum(sum_inputs=3), True),
+    ("gemmtranspose-a", gemm_transpose, True),
+    ("gemmtranspose-a-no-perm", lambda: gemm_transpose(perm=None), True),
+    ("gemmtranspose-b-initializer", lambda: gemm_transpose(where="B"), True),
+    ("gemmtranspose-output", lambda: gemm_transpose(where="out"), True),
+    ("gemmtranspose-output-with-c", lambda: gemm_transpose(where="out", with_c=True), True),
+    ("gemmtranspose-a-two-gemms", lambda: gemm_transpose(other_reader="gemm"), True),
+    ("gemmtranspose-a-also-relu", lambda: gemm_transpose(other_reader="relu"), True),
 ]
 
 
@@ -586,7 +620,8 @@ def test_a_where_reading_not_as_a_branch_is_left_alone():
     assert any("branch" in why for why in declined(manager, "Level1_RuleBasedTransformer"))
 
 
-@pytest.mark.parametrize("name", ["NoopElimination", "DivMulFusion", "NotWhereFusion", "GemmSumFusion"])
+@pytest.mark.parametrize("name", ["NoopElimination", "DivMulFusion", "NotWhereFusion", "GemmSumFusion",
+                                  "GemmTransposeFusion"])
 def test_the_new_rules_are_level_1_on_every_ep(name):
     """ORT registers them in GenerateRewriteRules for level 1, for all EPs (graph_transformer_utils.cc)."""
     from ortlab.transformers import registry

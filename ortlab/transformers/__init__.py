@@ -17,6 +17,7 @@ from ortlab.transformers import eliminations  # noqa: E402,F401  (level 1 rules)
 from ortlab.transformers.noop_elimination import NoopElimination  # noqa: E402
 from ortlab.transformers.div_mul_fusion import DivMulFusion  # noqa: E402
 from ortlab.transformers.gemm_sum_fusion import GemmSumFusion  # noqa: E402
+from ortlab.transformers.gemm_transpose_fusion import GemmTransposeFusion  # noqa: E402
 from ortlab.transformers.not_where_fusion import NotWhereFusion  # noqa: E402
 from ortlab.transformers.constant_sharing import ConstantSharing  # noqa: E402
 from ortlab.transformers.cse import CommonSubexpressionElimination  # noqa: E402
@@ -36,7 +37,7 @@ from ortlab.transformers.pre_training import (optimize_for_training, ort_pre_tra
 
 __all__ = ["BiasDropoutFusion", "BiasGeluFusion", "BiasSoftmaxFusion", "CastElimination",
            "CommonSubexpressionElimination", "ConstantFolding", "ConstantSharing", "DivMulFusion",
-           "EliminateDropout", "EliminateIdentity", "GemmSumFusion",
+           "EliminateDropout", "EliminateIdentity", "GemmSumFusion", "GemmTransposeFusion",
            "GeluFusion", "GemmActivationFusion", "GraphTransformer", "GraphTransformerManager", "LEVELS",
            "LayerNormFusion", "Match", "MatMulAddFusion", "MatMulScaleFusion", "MatmulTransposeFusion",
            "NoopElimination", "NoopReshapeElimination", "NotWhereFusion", "PatternFusion", "RewriteRule",

@@ -15,6 +15,7 @@ from ortlab.transformers.constant_sharing import ConstantSharing
 from ortlab.transformers.eliminations import CastElimination, EliminateDropout
 from ortlab.transformers.gelu_fusion import GeluFusion
 from ortlab.transformers.gemm_sum_fusion import GemmSumFusion
+from ortlab.transformers.gemm_transpose_fusion import GemmTransposeFusion
 from ortlab.transformers.graph_transformer import RuleBasedGraphTransformer
 from ortlab.transformers.layer_norm_fusion import LayerNormFusion
 from ortlab.transformers.manager import GraphTransformerManager
@@ -28,7 +29,7 @@ ORT_PRE_TRAINING_TRANSFORMERS = [
      "CastElimination, PreShapeNodeElimination, NoopElimination, DivMulFusion, EliminateDropout, "
      "GemmSumFusion, GemmTransposeFusion, NotWhereFusion, InsertSoftmaxCrossEntropyLossOutput, "
      "LSTMReplacement", "CastElimination, NoopElimination, DivMulFusion, EliminateDropout, GemmSumFusion, "
-     "NotWhereFusion"),
+     "GemmTransposeFusion, NotWhereFusion"),
     ("ConstantSharing", "ConstantSharing"),
     ("LayerNormFusion (before CSE, which would merge its two ReduceMeans' users)", "LayerNormFusion"),
     ("CommonSubexpressionElimination", "CommonSubexpressionElimination"),
@@ -52,7 +53,7 @@ def pre_training_transformers(weights_to_train=(), steps=5):
     manager = GraphTransformerManager(steps)
     rules = RuleBasedGraphTransformer("Level1_RuleBasedTransformer", [
         CastElimination(), NoopElimination(excluded), DivMulFusion(excluded), EliminateDropout(), GemmSumFusion(),
-        NotWhereFusion()])
+        GemmTransposeFusion(), NotWhereFusion()])
     for transformer in (ConstantSharing(excluded), LayerNormFusion(), CommonSubexpressionElimination(),
                         GeluFusion(), SimplifiedLayerNormFusion(), ConstantFolding(excluded), rules):
         manager.register(transformer, level=1)
