@@ -45,19 +45,11 @@ def test_post_mortem_of_a_call_that_works_is_refused():
 @pytest.mark.skipif(not triton_mode().startswith("interpreter"), reason="needs Triton's interpreter")
 def test_a_breakpoint_in_a_kernel_stops_once_per_program():
     import torch
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def double(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + offsets, mask=offsets < n)
-        breakpoint()
-        tl.store(y_ptr + offsets, 2 * x, mask=offsets < n)
 
     x = torch.arange(6, dtype=torch.float32)
     y = torch.empty_like(x)
-    said = dk.kernel_breakpoints(lambda: double[(2,)](x, y, 6, BLOCK=4), ["p offsets", "continue"])
+    said = dk.kernel_breakpoints(lambda: dk.double_with_breakpoint[(2,)](x, y, 6, BLOCK=4),
+                                 ["p offsets", "continue"])
     assert said.count("(Pdb) array([0, 1, 2, 3], dtype=int32)") == 1
     assert said.count("(Pdb) array([4, 5, 6, 7], dtype=int32)") == 1
     assert y.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]

@@ -19,8 +19,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ortlab.env import TRITON_INTERPRET, triton_mode
+from ortlab.env import TRITON_INTERPRET, triton_mode  # first: it sets TRITON_INTERPRET before Triton loads
 from ortlab.errors import OrtlabError
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 _FRAME = re.compile(r"^#(\d+)\s+(?:0x[0-9a-f]+ in )?(\S+) \(.*?\)(?: (?:at|from) (\S+))?\s*$")
@@ -68,9 +71,13 @@ def _readable(text):
     return re.sub(r"\.py\(\d+\)", ".py(N)", text)
 
 
+# The standard library's debugger: in a notebook, ipykernel puts IPython's (coloured) subclass in pdb.Pdb.
+_PDB = next(cls for cls in pdb.Pdb.__mro__ if cls.__module__ == "pdb" and cls.__name__ == "Pdb")
+
+
 def _scripted_pdb(commands):
     out = io.StringIO()
-    debugger = pdb.Pdb(stdin=io.StringIO("\n".join(commands) + "\n"), stdout=out, nosigint=True)
+    debugger = _PDB(stdin=io.StringIO("\n".join(commands) + "\n"), stdout=out, nosigint=True)
     debugger.use_rawinput = False
     debugger.prompt = "(Pdb) "
     return debugger, out
@@ -108,3 +115,13 @@ def kernel_breakpoints(run_kernel, commands):
     finally:
         sys.breakpointhook = saved
     return _readable("".join(out.getvalue() for out in printed))
+
+
+@triton.jit
+def double_with_breakpoint(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    """y = 2·x, with a breakpoint() after the load: under the interpreter it stops once per program.
+    (Defined in a module: the interpreter scans the kernel's globals, and a notebook's hold numpy arrays.)"""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets, mask=offsets < n)
+    breakpoint()
+    tl.store(y_ptr + offsets, 2 * x, mask=offsets < n)
