@@ -15,7 +15,7 @@ on a CPU-only machine and read what the GPU would be handed:
     cpu_kernel(source, name)                    the same source compiled by g++ for the CPU runner
     cpu_kernels(source, names)                  several kernels of one source, one g++ build
     launch(kernel, grid, block, *args)          run it on numpy arrays, bounds-checked, deterministic,
-                                                in a child process stopped after `timeout` s
+                                                in a worker process stopped after `timeout` s
     schedule_differences(kernel, grid, ...)     the arrays a race between two barriers changes (cpu.py)
 
 Design of the CPU runner (cpu.py, cpu_cuda.h)
@@ -53,11 +53,13 @@ around `__syncthreads()`.
   warp whose threads meet at different operations or where one returned or waits at
   `__syncthreads()`, a lane reading a lane the block does not have. Outside warp operations the
   threads of a warp run one after another like any others (no lock-step execution is modelled).
-- Time limit: `launch` runs the kernel in a forked child process that holds copies of the arrays in
-  a shared mapping, and kills it after `timeout` seconds (10 by default): native code that never
-  returns cannot be stopped inside this process (a thread cannot be killed), a process can. The
-  fork costs tens of milliseconds (more in a process that has imported torch); `timeout=None` runs
-  in-process. A kernel that crashes the child (a thread's locals past its 128 KiB stack) is an error.
+- Time limit: `launch` sends the kernel's library path and copies of its arrays to a worker
+  process (forked once, reused; a socket carries requests and answers) and kills the worker after
+  `timeout` seconds (10 by default): native code that never returns cannot be stopped inside this
+  process (a thread cannot be killed), a process can. The next launch forks a new worker. A kernel
+  that crashes the worker (a thread's locals past its 128 KiB stack) is an OrtlabError too. Costs a
+  copy of the arrays each way (about 1 ms for small ones); `timeout=None` runs in-process. The
+  worker's stdout (a kernel's printf) is the one this process had when the worker was forked.
 - Not modelled: partial-warp masks, `__match_*`/`__reduce_*_sync`, cooperative groups, memory fences
   and the memory model, streams, textures, timing.
 """

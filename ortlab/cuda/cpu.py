@@ -14,7 +14,7 @@ result never depends on the run, and a race between two barriers shows as a diff
 two schedules (`schedule_differences`). An index outside an array, or a thread that returns while
 others wait at a barrier, stops the launch with an OrtlabError naming the thread and block.
 Warp operations (__shfl_*_sync, __syncwarp, __ballot_sync) are barriers of the thread's warp,
-full-warp masks only (cpu_cuda.h, warp_op). A launch runs in a forked child process killed after
+full-warp masks only (cpu_cuda.h, warp_op). A launch runs in a worker process, killed after
 `timeout` seconds, so a kernel that never returns ends in an OrtlabError.
 This is a teaching tool for correctness, not a timing model: lock-step warps, memory fences and
 the GPU's real interleavings are not modelled.
@@ -22,12 +22,13 @@ the GPU's real interleavings are not modelled.
 import ctypes
 import faulthandler
 import hashlib
-import mmap
 import os
 import re
 import select
 import shutil
+import pickle
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -265,12 +266,13 @@ def launch(kernel, grid, block, *args, shared=0, schedule="forward", timeout=10.
     parameters, written in place; numbers for the others) and `shared` bytes of dynamic shared
     memory, threads in `schedule` order ("forward" or "reverse") between barriers.
 
-    The launch runs in a child process (fork) holding copies of the arrays in shared memory, stopped
-    after `timeout` seconds: compiled code that never returns (`while (true) {}`) cannot be
-    interrupted inside this process, since a thread cannot be killed, so only a process can be. A
-    kernel that crashes the child (e.g. a thread's locals overflowing its stack) ends in an
-    OrtlabError too. Arrays are written back only when the launch succeeded. `timeout=None` runs in
-    this process, without the fork's cost and without any protection."""
+    The launch runs in a worker process (forked once, reused) on copies of the arrays, and the worker
+    is killed after `timeout` seconds: compiled code that never returns (`while (true) {}`) cannot
+    be interrupted inside this process, since a thread cannot be killed, so only a process can be.
+    A kernel that crashes the worker (e.g. a thread's locals overflowing its stack) ends in an
+    OrtlabError too; the next launch forks a new worker. Arrays are written back only when the
+    launch succeeded. `timeout=None` runs in this process, without the copies and without any
+    protection."""
     if not isinstance(kernel, CpuKernel):
         raise OrtlabError(f"launch takes a CpuKernel from cpu_kernel(source, name), not {type(kernel).__name__}")
     if schedule not in ("forward", "reverse"):
@@ -292,7 +294,7 @@ def launch(kernel, grid, block, *args, shared=0, schedule="forward", timeout=10.
         if timeout is None:
             failed, message = _call(kernel, [h for h, _ in held], [n for _, n in held], shape)
         else:
-            failed, message = _forked(kernel, held, shape, float(timeout))
+            failed, message = _in_worker(kernel, held, shape, float(timeout))
     if failed:
         raise OrtlabError(f"kernel {kernel.name} stopped: {message}")
 
@@ -306,85 +308,128 @@ def _call(kernel, arrays, sizes, shape, error=None):
     return failed, error.value.decode(errors="replace")
 
 
-_ERROR_BYTES = 512
 _LIBC = ctypes.CDLL(None)
 
 
-def _forked(kernel, held, shape, timeout):
-    """_call run in a child process on copies of the arrays in a shared mapping; the child is killed
-    after `timeout` seconds. Written arrays are copied back on success."""
-    offsets, total = [], 64  # bytes 0..8: the child's result (0 ok, 1 failed, 2 not reached)
-    for array, _ in held:
-        offsets.append(total)
-        total += -(-array.nbytes // 64) * 64 + 64
-    error_at = total
-    memory = mmap.mmap(-1, total + _ERROR_BYTES)  # MAP_SHARED | MAP_ANONYMOUS: the child's writes come back
-    views = []
-    for (array, _), at in zip(held, offsets):
-        view = np.frombuffer(memory, array.dtype, array.size, at)
-        view[...] = array.reshape(-1)
-        views.append(view)
-    status = np.frombuffer(memory, np.int64, 1, 0)
-    status[0] = 2
-    error = (ctypes.c_char * _ERROR_BYTES).from_buffer(memory, error_at)
-    pid = os.fork()
-    if pid == 0:  # the child: run the kernel, report through the mapping, leave without cleanup
-        try:
-            faulthandler.disable()  # a crash is reported by the parent, not as a Python dump
-            status[0] = _call(kernel, views, [n for _, n in held], shape, error)[0]
-        finally:
-            _LIBC.fflush(None)  # a kernel's printf, before _exit skips C's own cleanup
-            os._exit(0)
-    how = _wait(pid, timeout)
-    if how is not None:
-        raise OrtlabError(f"kernel {kernel.name} {how}")
-    if status[0] == 2:
-        raise OrtlabError(f"kernel {kernel.name}: the CPU runner's child process ended without a result")
-    if status[0]:
-        return True, bytes(error).split(b"\0")[0].decode(errors="replace")
-    for (array, _), param, view in zip(held, kernel.params, views):
-        if param.pointer and not param.const:
-            array.reshape(-1)[...] = view
-    return False, ""  # the mapping is unmapped when its last view goes
+class _Worker:
+    """A child process, forked once, that runs launches sent to it over a socket: each request is
+    (library path, entry, arrays, sizes, shape), each answer (failed, message, arrays). One fork
+    per worker instead of one per launch (a fork of a process that holds torch and ORT costs tens
+    of milliseconds); a worker that overruns a timeout is killed and the next launch forks anew."""
 
+    def __init__(self):
+        mine, theirs = socket.socketpair()
+        self.pid = os.fork()
+        if self.pid == 0:  # the worker: serve until the parent closes its end, never return
+            try:
+                mine.close()
+                _LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: never outlive the thread that forked it
+                faulthandler.disable()  # a crash is reported by the parent, not as a Python dump
+                _serve(theirs)
+            finally:
+                os._exit(0)
+        theirs.close()
+        self.socket, self.owner = mine, os.getpid()
+        self.reader = mine.makefile("rb")
 
-def _wait(pid, timeout):
-    """None once child `pid` exited normally; else what went wrong (it is killed after `timeout` s)."""
-    deadline, pause = time.monotonic() + timeout, 1e-4
-    watch = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None  # readable once the child exits
-    try:
-        while True:
-            done, code = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            left = deadline - time.monotonic()
-            if left < 0:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                return (f"did not finish within {timeout:g} s and was stopped (a loop that never ends, a "
-                        f"barrier inside one, or a launch too large for the CPU runner: pass a larger "
-                        f"timeout=); the arrays are unchanged")
-            if watch is not None:
-                select.select([watch], [], [], left)
-            else:
-                time.sleep(min(pause, left))
-                pause = min(2 * pause, 0.01)
-    except BaseException:  # e.g. KeyboardInterrupt: never leave the child running
+    def alive(self):
+        """Whether the worker is still running (it dies with the thread that forked it)."""
         try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
+            done, _ = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        return done == 0
+
+    def run(self, kernel, held, shape, timeout):
+        """(failed, message, arrays after the launch), or an OrtlabError on a timeout or a crash."""
+        request = (kernel.library._name, kernel.entry, [a for a, _ in held], [n for _, n in held],
+                   [c.value for c in shape])
+        try:
+            self.socket.sendall(_frame(pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)))
+            ready, _, _ = select.select([self.socket], [], [], timeout)
+            if not ready:
+                self.stop()
+                raise OrtlabError(f"kernel {kernel.name} did not finish within {timeout:g} s and was stopped "
+                                  "(a loop that never ends, a barrier inside one, or a launch too large for "
+                                  "the CPU runner: pass a larger timeout=); the arrays are unchanged")
+            return pickle.loads(_read_frame(self.reader))
+        except (EOFError, OSError, pickle.UnpicklingError):
+            raise OrtlabError(f"kernel {kernel.name} {self.stop()}") from None
+
+    def stop(self):
+        """Kill and reap the worker; what ended it, for a message."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
             pass
+        _, code = os.waitpid(self.pid, 0)
+        self.reader.close()
+        self.socket.close()
+        if os.WIFSIGNALED(code) and os.WTERMSIG(code) != signal.SIGKILL:
+            name = signal.Signals(os.WTERMSIG(code)).name
+            return (f"crashed the CPU runner's worker process ({name}): e.g. a thread's local arrays "
+                    f"overflowing its {STACK_KIB} KiB stack, or an index through an unchecked T* in a device "
+                    "function; the arrays are unchanged")
+        return "ended the CPU runner's worker process without an answer; the arrays are unchanged"
+
+
+def _frame(payload):
+    return len(payload).to_bytes(8, "little") + payload
+
+
+def _read_frame(reader):
+    head = reader.read(8)
+    if len(head) < 8:
+        raise EOFError
+    payload = reader.read(int.from_bytes(head, "little"))
+    if len(payload) < int.from_bytes(head, "little"):
+        raise EOFError
+    return payload
+
+
+def _serve(connection):
+    """The worker's loop: run each request's launch on its own copies of the arrays and answer."""
+    reader, libraries = connection.makefile("rb"), {}
+    while True:
+        try:
+            path, entry, arrays, sizes, shape = pickle.loads(_read_frame(reader))
+        except EOFError:
+            return
+        if path not in libraries:
+            libraries[path] = ctypes.CDLL(path)
+        kernel = CpuKernel(entry, (), libraries[path], entry)
+        arrays = [np.require(a, requirements=["C", "W"]) for a in arrays]
+        shape = (*map(ctypes.c_uint, shape[:6]), ctypes.c_int(shape[6]), ctypes.c_ulonglong(shape[7]))
+        failed, message = _call(kernel, arrays, sizes, shape)
+        _LIBC.fflush(None)  # a kernel's printf reaches the output before the answer does
+        answer = (failed, message, [] if failed else arrays)
+        connection.sendall(_frame(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)))
+
+
+_WORKER = None
+
+
+def _in_worker(kernel, held, shape, timeout):
+    """_call run by the worker process on copies of the arrays, stopped after `timeout` seconds.
+    Written arrays are copied back on success."""
+    global _WORKER
+    if _WORKER is not None and _WORKER.owner == os.getpid() and not _WORKER.alive():
+        _WORKER.reader.close()
+        _WORKER.socket.close()
+        _WORKER = None
+    if _WORKER is None or _WORKER.owner != os.getpid():  # none yet, or this is a fork of its owner
+        _WORKER = _Worker()
+    worker = _WORKER
+    try:
+        failed, message, arrays = worker.run(kernel, held, shape, timeout)
+    except OrtlabError:
+        _WORKER = None
         raise
-    finally:
-        if watch is not None:
-            os.close(watch)
-    if os.WIFSIGNALED(code):
-        name = signal.Signals(os.WTERMSIG(code)).name
-        return (f"crashed the CPU runner's child process ({name}): e.g. a thread's local arrays overflowing "
-                f"its {STACK_KIB} KiB stack, or an index through an unchecked T* in a device function; "
-                "the arrays are unchanged")
-    return None
+    if not failed:
+        for (array, _), param, result in zip(held, kernel.params, arrays):
+            if param.pointer and not param.const:
+                array.reshape(-1)[...] = result.reshape(-1)
+    return failed, message
 
 
 def schedule_differences(kernel, grid, block, *args, shared=0, timeout=10.0):
