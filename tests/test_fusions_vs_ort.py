@@ -484,6 +484,9 @@ CASES = [
     ("gemmtranspose-output-with-c", lambda: gemm_transpose(where="out", with_c=True), True),
     ("gemmtranspose-a-two-gemms", lambda: gemm_transpose(other_reader="gemm"), True),
     ("gemmtranspose-a-also-relu", lambda: gemm_transpose(other_reader="relu"), True),
+    ("gemmtranspose-same-transpose-as-a-and-b",
+     lambda: model([h("Transpose", ["a"], ["t"], perm=[1, 0]), h("Gemm", ["t", "t"], ["y"])], [("a", [3, 3])], ["y"]),
+     True),
 ]
 
 

@@ -72,8 +72,9 @@ class GemmTransposeFusion(RewriteRule):
         for s in slots:
             t = graph.producer(inputs[s])
             trans[s] = 1 - trans[s]
-            if len(graph.consumers(t.output_names[0])) == 1 and gu.uses(graph, t.output_names[0]) == 1:
-                removed.append(t)
+            reads = sum(1 for k in slots if gemm.input_names[k] == t.output_names[0])
+            if gu.uses(graph, t.output_names[0]) == reads and t not in removed:
+                removed.append(t)  # no other Gemm reads it: it goes with this fusion
             inputs[s] = t.input_names[0]
         outputs = gemm.output_names
         if after is not None:
