@@ -381,3 +381,26 @@ def test_after_a_stopped_launch_the_next_one_runs_in_a_fresh_worker(block_sum):
     x, out = np.arange(512, dtype=np.float32), np.zeros(2, np.float32)
     cpu.launch(block_sum, 2, 256, x, out, 512)
     np.testing.assert_array_equal(out, x.reshape(2, 256).sum(axis=1))
+
+
+def test_an_interrupt_while_a_kernel_spins_stops_the_worker_too():
+    # Ctrl-C in a notebook while `while (true) {}` runs: the worker must not keep spinning
+    script = textwrap.dedent(r"""
+        import os, signal, threading
+        import numpy as np
+        from ortlab.cuda import cpu
+        spin = cpu.cpu_kernel('extern "C" __global__ void spin(float* y) { while (true) {} }', "spin")
+        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        try:
+            cpu.launch(spin, 1, 1, np.zeros(1, np.float32), timeout=60)
+        except KeyboardInterrupt:
+            pass
+        try:
+            os.waitpid(-1, os.WNOHANG)
+            print("a child is left")
+        except ChildProcessError:
+            print("no child left")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == "no child left"

@@ -353,8 +353,13 @@ class _Worker:
                                   "(a loop that never ends, a barrier inside one, or a launch too large for "
                                   "the CPU runner: pass a larger timeout=); the arrays are unchanged")
             return pickle.loads(_read_frame(self.reader))
+        except OrtlabError:
+            raise
         except (EOFError, OSError, pickle.UnpicklingError):
             raise OrtlabError(f"kernel {kernel.name} {self.stop()}") from None
+        except BaseException:  # e.g. KeyboardInterrupt while the kernel runs: never leave it running
+            self.stop()
+            raise
 
     def stop(self):
         """Kill and reap the worker; what ended it, for a message."""
@@ -422,7 +427,7 @@ def _in_worker(kernel, held, shape, timeout):
     worker = _WORKER
     try:
         failed, message, arrays = worker.run(kernel, held, shape, timeout)
-    except OrtlabError:
+    except BaseException:  # the worker was stopped: the next launch forks a new one
         _WORKER = None
         raise
     if not failed:
