@@ -682,3 +682,16 @@ def test_the_new_fusions_are_level_2_for_orts_eps(name, eps):
     from ortlab.transformers import registry
     level, _, compatible = registry.TRANSFORMERS[name]
     assert level == 2 and set(compatible) == eps
+
+
+def test_why_not_answers_for_the_graph_it_is_given():
+    """why_not() on one graph after an apply on another: SkipLayerNormFusion reads the shapes of
+    the graph it is asked about, not those of the last graph it walked."""
+    from ortlab.ir import Graph
+    from ortlab.transformers import SkipLayerNormFusion
+    fusion = SkipLayerNormFusion()
+    fusion.apply(Graph.from_model(skip_layer_norm(a_shape=(3, 4), c_shape=(3, 4)), constants_as_initializers=True))
+    g = Graph.from_model(optimize(skip_layer_norm(), names=["LayerNormFusion"], providers=CPU))
+    g.resolve()
+    ln, = [n for n in g.nodes() if n.op_type == "LayerNormalization"]
+    assert fusion.why_not(g, ln) is None

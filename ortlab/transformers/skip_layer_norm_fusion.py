@@ -87,9 +87,14 @@ class SkipLayerNormFusion(PatternFusion):
 
     anchor, fused_op = "LayerNormalization", ("SkipLayerNormalization", MS_DOMAIN)
 
+    shapes = None  # ORT's shapes of the graph being walked (apply_impl), else computed per match
+
     def apply_impl(self, graph):
         self.shapes = ort_shapes(graph)
-        return super().apply_impl(graph)
+        try:
+            return super().apply_impl(graph)
+        finally:
+            self.shapes = None
 
     def match(self, graph, ln):
         if not gu.is_op_version(graph, ln, "LayerNormalization", (1, 17)) or not _types_ok(graph, ln):
@@ -101,7 +106,7 @@ class SkipLayerNormFusion(PatternFusion):
         axis = ln.attribute("axis", -1)
         if dims is None or axis not in (-1, len(dims) - 1):
             return f"it normalizes axis {axis}, and SkipLayerNormalization only the last"
-        shapes = getattr(self, "shapes", None) or ort_shapes(graph)  # why_not() runs match alone
+        shapes = self.shapes if self.shapes is not None else ort_shapes(graph)  # why_not() runs match alone
         if not _first_add_ok(graph, add1, shapes):
             return ("its input is not an Add read only by it, of two 3-D inputs of one static shape "
                     "(as ORT's shape inference, without data propagation, knows them), of float, "
