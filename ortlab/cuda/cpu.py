@@ -24,15 +24,14 @@ import faulthandler
 import hashlib
 import os
 import re
+import pickle
 import select
 import shutil
-import pickle
 import signal
 import socket
 import subprocess
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -299,11 +298,11 @@ def launch(kernel, grid, block, *args, shared=0, schedule="forward", timeout=10.
         raise OrtlabError(f"kernel {kernel.name} stopped: {message}")
 
 
-def _call(kernel, arrays, sizes, shape, error=None):
+def _call(kernel, arrays, sizes, shape):
     """(failed, message) of one ortlab_launch call on `arrays` (numpy arrays, written in place)."""
     pointers = (ctypes.c_void_p * max(1, len(arrays)))(*(a.ctypes.data for a in arrays))
     counts = (ctypes.c_longlong * max(1, len(arrays)))(*sizes)
-    error = ctypes.create_string_buffer(512) if error is None else error
+    error = ctypes.create_string_buffer(512)
     failed = getattr(kernel.library, kernel.entry)(pointers, counts, *shape, error, ctypes.c_int(len(error)))
     return failed, error.value.decode(errors="replace")
 
