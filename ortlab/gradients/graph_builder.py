@@ -16,6 +16,7 @@ from onnx import TensorProto
 
 from ortlab.errors import OrtlabError, as_names
 from ortlab.gradients.builder_base import MS, GradientBuilderBase, GradientBuilderError
+from ortlab.gradients.graph_augmenter import GraphDefs, augment_graph
 from ortlab.gradients.registry import get_gradient_builder, stop_edges
 from ortlab.ir import Graph
 
@@ -188,19 +189,23 @@ class GradientGraphBuilder:
             self.grad_of[new] = self.grad_of.pop(old)
         return True
 
-    def _assemble(self, x_grads):
+    def graph_defs(self, x_grads):
+        """What the backward pass adds to the forward graph, as ORT hands it to its GraphAugmenter: the
+        live gradient nodes, the constants they read, and the x gradients as new graph outputs (after
+        the forward graph's own outputs, as ORT keeps them)."""
         live = _live(self.grad_nodes, set(x_grads))
         read = {i for n in live for i in n.input}
-        for name, value in self.constants.items():
-            if name in read:
-                self.graph.add_initializer(name, value)
-        for proto in live:
-            self.graph.add_node(proto.op_type, list(proto.input), list(proto.output), name=proto.name,
-                                domain=proto.domain, _attributes=proto.attribute)
-        if any(n.domain == MS for n in self.graph.nodes()):
+        return GraphDefs(node_defs=live, initializers={k: v for k, v in self.constants.items() if k in read},
+                         graph_outputs=list(x_grads))
+
+    def _assemble(self, x_grads):
+        defs = self.graph_defs(x_grads)
+        if any(n.domain == MS for n in defs.node_defs):
             self.graph.opset_imports.setdefault(MS, 1)
+        # ORT resolves the augmented graph; ortlab cannot here, because ORT registers training ops such as
+        # MaxPoolGrad and ConvGrad in the ONNX domain, where onnx knows no schema: ORT's session load checks them.
+        augment_graph(self.graph, defs, resolve=False)
         self._type_gradients()
-        self.graph.outputs = [self.loss] + x_grads
         return self.graph.to_model()
 
     def _type_gradients(self):
