@@ -34,3 +34,21 @@ def test_the_real_ortmodule_log_keeps_its_model_info_fields():
     assert "    Input names:                      ['x', 'labels']" in text
     assert "    onnx_graph_input_names_user_defined: ['x', 'labels']" in text
     assert "Exported graph" not in text
+
+
+def test_ortmodule_prepares_gradient_information_for_eval_too_but_builds_no_gradient_graph():
+    mlp = models.get("mlp")
+    table = om.gradient_info_by_mode(mlp, mlp.example_inputs())
+    rows = {row[0]: row for row in table.rows}
+    n_params = len(list(mlp.parameters()))
+    assert rows["training"][1:4] == ("TRAINING", n_params, n_params)
+    # what the GraphTransitionManager PR says evaluation should not get, ORT 1.19.2 still computes
+    assert rows["eval"][1:4] == ("EVAL", n_params, n_params)
+    assert "optimized_pre_grad" in rows["training"][4] and "optimized_pre_grad" not in rows["eval"][4]
+
+
+def test_a_field_missing_from_the_log_is_named():
+    import pytest
+
+    with pytest.raises(om.OrtModuleError, match="no field 'Export mode' of ModelInfoForExport"):
+        om.record_field(["orttraining [INFO] - nothing here"], "ModelInfoForExport", "Export mode")

@@ -6,6 +6,7 @@ options in options.py, the ORTMODULE_* variables in options.py's _RuntimeOptions
 names in _graph_execution_manager.py). Its Python logger writes through the root logger, its
 C++ core straight to file descriptors 1 and 2; `captured_logs` collects both.
 """
+import ast
 import collections
 import contextlib
 import copy
@@ -164,25 +165,69 @@ class OrtModuleRun:
         return [line for line in self.log if all(w in line for w in words)]
 
     def records(self, kind="orttraining [INFO]", width=130):
-        """ORTModule's own log lines of one kind, each with the field list that follows it: ModelInfoForExport,
-        ExportedModelInfo and PostExportProcessedModelInfo print one indented, tab-led line per field
-        (the `__str__`s in ortmodule/_io.py and ortmodule/_graph_transition_manager.py). Each line is
-        cut to `width` characters; a field keeps a 4-space indent."""
-        kept, inside = [], False
-        for line in self.log:
-            if line.startswith(kind):
-                kept.append(line[:width])
-                inside = True
-            elif inside and line[:1].isspace() and "\t" in line:
-                kept.append("    " + line.strip()[:width - 4])
-            else:
-                inside = False
-        return kept
+        """log_records(self.log, kind, width): ORTModule's lines of one kind with their field lists."""
+        return log_records(self.log, kind, width)
 
     def __repr__(self):
         how = "fell back to PyTorch" if self.fell_back else "ran in ORT"
         return (f"OrtModuleRun({len(self.losses)} steps, {how}, loss {self.losses[0]:.4f} -> "
                 f"{self.losses[-1]:.4f}, {len(self.graphs())} graphs saved, {len(self.log)} log lines)")
+
+
+def log_records(log, kind="orttraining [INFO]", width=130):
+    """ORTModule's own log lines of one kind, each with the field list that follows it: ModelInfoForExport,
+    ExportedModelInfo and PostExportProcessedModelInfo print one indented, tab-led line per field
+    (the `__str__`s in ortmodule/_io.py and ortmodule/_graph_transition_manager.py). Each line is
+    cut to `width` characters; a field keeps a 4-space indent."""
+    kept, inside = [], False
+    for line in log:
+        if line.startswith(kind):
+            kept.append(line[:width])
+            inside = True
+        elif inside and line[:1].isspace() and "\t" in line:
+            kept.append("    " + line.strip()[:width - 4])
+        else:
+            inside = False
+    return kept
+
+
+def record_field(log, record, name):
+    """The value of field `name` of the first `record` (e.g. 'ExportedModelInfo') in an ORTModule INFO log."""
+    lines = log_records(log, width=10**6)
+    start = next((i for i, line in enumerate(lines) if f"{record} class:" in line), None)
+    for line in lines[start + 1:] if start is not None else []:
+        if not line.startswith("    "):
+            break
+        key, _, value = line.strip().partition(":")
+        if key == name:
+            return value.strip()
+    raise OrtModuleError(f"no field {name!r} of {record} in this log (run ORTModule at log level INFO)")
+
+
+def gradient_info_by_mode(module, batch):
+    """What ORTModule prepares for a training step and for an eval call under torch.no_grad(): its export
+    mode, the graph inputs its ExportedModelInfo and PostExportProcessedModelInfo list as requiring a
+    gradient (ortmodule/_graph_transition_manager.py), and the graphs it builds (its dumps, DUMPS order)."""
+    from ortlab.viz import Table
+
+    rows = []
+    for mode in ("training", "eval"):
+        with tempfile.TemporaryDirectory() as folder, ortmodule_env(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with captured_logs() as log:
+                model = ortmodule(copy.deepcopy(module).train(mode == "training"), "INFO", True, "m", folder)
+                if mode == "training":
+                    model(*batch).backward()
+                else:
+                    with torch.no_grad():
+                        model(*batch)
+            built = [kind for kind in DUMPS if list(Path(folder).glob(f"m_{kind}_*.onnx"))]
+        counts = [len(ast.literal_eval(record_field(log, record, "onnx_graph_input_names_require_grad")))
+                  for record in ("ExportedModelInfo", "PostExportProcessedModelInfo")]
+        rows.append((mode, record_field(log, "ModelInfoForExport", "Export mode").split(".")[-1], *counts,
+                     ", ".join(built)))
+    return Table(("mode", "export mode", "require grad (ExportedModelInfo)",
+                  "require grad (PostExportProcessedModelInfo)", "graphs built"), rows)
 
 
 def ortmodule(module, log_level="WARNING", save_onnx=False, prefix="model", folder=None):
