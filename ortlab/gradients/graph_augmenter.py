@@ -33,8 +33,13 @@ class GraphDefs:
             ops[node.op_type] = ops.get(node.op_type, 0) + 1
         common = ", ".join(f"{op} {n}" for op, n in sorted(ops.items(), key=lambda kv: -kv[1])[:5])
         return (f"GraphDefs({len(self.node_defs)} node defs ({common}{', ...' if len(ops) > 5 else ''}), "
-                f"{len(self.initializers)} initializers, inputs +{self.graph_inputs}, "
-                f"outputs +{self.graph_outputs})")
+                f"{len(self.initializers)} initializers, inputs +{_few(self.graph_inputs)}, "
+                f"outputs +{_few(self.graph_outputs)})")
+
+
+def _few(names, shown=3):
+    """A list of names as [first, second, third, ...] (N) when it is longer than `shown`."""
+    return str(names) if len(names) <= shown else f"{str(names[:shown])[:-1]}, ...] ({len(names)})"
 
 
 def _appended(graph, existing, names, context, duplicates_allowed=True):
