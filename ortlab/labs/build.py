@@ -66,14 +66,6 @@ def strip_solution(source, where="cell"):
     return "\n".join(out), ids
 
 
-def exercises_in(nb):
-    """Exercise ids of a notebook: a lab's recorded list, else a solution's markers, in order."""
-    lab = nb.metadata.get("ortlab", {}).get("lab")
-    if lab:
-        return list(lab["exercises"])
-    return marker_ids(nb)
-
-
 def marker_ids(nb):
     """The exercise ids of a notebook's `# BEGIN SOLUTION <id>` markers, in order."""
     ids = []

@@ -3,7 +3,7 @@
 The one table of these declarations: ortlab.engine's CPU EP gives its kernels the same ones
 (cpu_execution_provider.py reads ORT_CPU_KERNEL_DECLARATIONS), so the engine's kernel definitions and
 the planner agree; `declarations="engine"` in ortlab.memory.plan reads them through the engine's CPU EP
-(`find_kernel(node, dtypes).kernel_def`), `engine_differences()` checks the two still agree.
+(`find_kernel(node, dtypes).kernel_def`).
 
 Mirrors (KernelDefBuilder().Alias / .MayInplace in):
   onnxruntime/core/providers/cpu/tensor/reshape.cc, identity_op.cc, squeeze.cc, unsqueeze.cc,
@@ -80,20 +80,3 @@ def engine_declaration(node):
 
 
 DECLARATION_SOURCES = {"ort": ort_declaration, "engine": engine_declaration}
-
-
-def engine_differences(opset=17):
-    """[(op, ORT's declaration, the engine table's)] where the engine's ORT_CPU_DECLARATIONS differs
-    from ORT's CPU registrations at `opset` (the corrections to apply there)."""
-    from ortlab.engine.cpu_execution_provider import ORT_CPU_DECLARATIONS
-
-    ours = {}
-    for (domain, op), ranges in ORT_CPU_KERNEL_DECLARATIONS.items():
-        for first, last, found in ranges:
-            if domain == ONNX and first <= opset and (last is None or opset <= last):
-                ours[op] = Declaration(**found)
-    theirs = {op: Declaration(tuple(d.get("alias", ())), d.get("variadic_alias"),
-                              tuple(d.get("may_inplace", ()))) for op, d in ORT_CPU_DECLARATIONS.items()}
-    return [(op, ours.get(op, Declaration()).describe(), theirs.get(op, Declaration()).describe())
-            for op in sorted(set(ours) | set(theirs))
-            if ours.get(op, Declaration()).describe() != theirs.get(op, Declaration()).describe()]
