@@ -438,8 +438,6 @@ def ulp_difference(expected, got, max_ulp):
 SWEEP_ORT_DIES = {
     ("TopK", "empty"): "ORT 1.19.2 dies with SIGFPE: 0 rows before the axis make top_k.cc divide size by rows "
                        "(0 / 0); the engine refuses it (test_topk_with_no_rows_is_refused)",
-    ("Reshape", "empty"): "ORT 1.19.2 dies with SIGFPE: reshape_allowzero_reordered's shape holds 0 and -1 with "
-                          "allowzero=1, and inferring -1 over an empty input divides by zero (reshape_helper.h)",
 }
 
 
