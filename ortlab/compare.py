@@ -82,7 +82,7 @@ def load(model):
                            f"{type(model).__name__}")
     path = Path(model)
     if not path.is_file():
-        raise CompareError(f"{path}: no such model file")
+        raise CompareError(f"{path}: " + ("a folder, not a model file" if path.is_dir() else "no such model file"))
     try:
         loaded = onnx.load(str(path))
     except Exception as exc:  # protobuf's DecodeError, missing external data
@@ -90,6 +90,17 @@ def load(model):
     if not loaded.graph.node:
         raise CompareError(f"{path} holds no graph nodes: is it an ONNX model?")
     return loaded
+
+
+def check_ort_loads(model):
+    """ORT 1.19.2 must load the model (optimizations off): else there is nothing to compare with."""
+    from ortlab import session
+
+    try:
+        session.create(model, session.session_options("disable"), ["CPUExecutionProvider"])
+    except OrtlabError as exc:
+        raise CompareError(f"ORT 1.19.2 cannot load this model, so there is nothing to compare with: "
+                           f"{_why(exc)}") from None
 
 
 def check_gradient_names(model, loss, x):
@@ -139,7 +150,7 @@ def generate_feeds(model, dims=None, seed=0):
             feeds[vi.name] = rng.integers(0, 2, shape).astype(bool)
         else:
             feeds[vi.name] = rng.integers(*INT_RANGE, shape).astype(dtype)
-    note = "generated feeds: " + (", ".join(f"{n} {a.dtype}{list(a.shape)}" for n, a in feeds.items()) or "none")
+    note = "generated feeds (seeded; floats normal, integers 0 or 1): " + (", ".join(f"{n} {a.dtype}{list(a.shape)}" for n, a in feeds.items()) or "none")
     if chosen:
         note += "; dynamic dims chosen: " + ", ".join(f"{k}={v}" for k, v in chosen.items())
     return feeds, note
@@ -324,6 +335,7 @@ def compare(model, loss=None, x=None, feeds=None, dims=None, seed=0):
     dims: {dim_param: size} for the generated feeds.
     """
     model = load(model)
+    check_ort_loads(model)
     loss, xs = check_gradient_names(model, loss, x)
     if feeds is None:
         feeds, note = generate_feeds(model, dims, seed)
