@@ -125,8 +125,8 @@ def test_add_layer_norm_fuses_into_skip_layer_norm_on_both_sides(folder):
 
 
 def test_add_layer_norm_engine_matches_ort(folder):
-    """The engine runs the fused SkipLayerNormalization as ORT does (this found the engine returning
-    None for its absent optional outputs, fixed in transformers/contrib_ops.py)."""
+    """The engine runs the fused SkipLayerNormalization (what ortlab's level 2 leaves) as ORT does: it
+    needs the SkipLayerNormalization kernel that transformers/contrib_ops.py gains alongside this file."""
     report = cmp.compare(folder / "add_layer_norm.onnx")
     assert _rows(report)["engine output Y"].status == "agree"
     assert report.exit_code == 0, report
