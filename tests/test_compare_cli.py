@@ -167,6 +167,21 @@ def test_integer_feeds_stay_valid_indices():
     assert cmp.compare(model, dims={"n": 64}).exit_code == 0
 
 
+def test_a_known_difference_from_ort_exits_non_zero():
+    """Relu -> Dropout(ratio 0.3, training_mode a constant False) -> Relu: ortlab's EliminateDropout
+    removes the Dropout, ORT 1.19.2 keeps it (the difference tests/test_transformers.py pins)."""
+    from ortlab.transformers.examples import elimination
+
+    model = elimination("dropout")
+    assert _ort_op_counts(model, "basic").get("Dropout") == 1  # ORT's own graph keeps it
+    report = cmp.compare(model)
+    basic = _rows(report)["graph: ORT basic vs ortlab level 1"]
+    assert basic.status == cmp.DIFFER and "Dropout 0 vs 1" in basic.detail, basic.detail
+    assert "ortlab fired: EliminateDropout x1" in basic.detail
+    assert _rows(report)["engine output y"].status == "agree"  # the outputs still agree
+    assert report.exit_code == 1
+
+
 def test_a_disagreement_exits_non_zero(folder, monkeypatch):
     """ortlab's engine made wrong on purpose (every output + 0.01): the engine rows must differ."""
     from ortlab.engine import InferenceSession
