@@ -226,7 +226,7 @@ def graph_rows(model):
             continue
         a, b = _op_counts(ours), _op_counts(theirs)
         diff = [f"{op} {a.get(op, 0)} vs {b.get(op, 0)}" for op in sorted(set(a) | set(b)) if a.get(op, 0) != b.get(op, 0)]
-        detail = [f"{len(ours.graph.node)} nodes both" if not diff else
+        detail = [f"same op counts ({len(ours.graph.node)} nodes)" if not diff else
                   f"op counts ortlab vs ORT: {'; '.join(diff)}",
                   "ortlab fired: " + (", ".join(f"{k} x{v}" for k, v in our_fired.items()) or "none"),
                   "ORT fired: " + (", ".join(f"{k} x{v}" for k, v in ort_fired.items()) or "none")]
@@ -342,6 +342,10 @@ def compare(model, loss=None, x=None, feeds=None, dims=None, seed=0):
     else:
         if not isinstance(feeds, dict):
             raise CompareError(f"feeds must be a dict {{input name: array}}, not {type(feeds).__name__}")
+        wanted = set(generate_feeds(model, dims, seed)[0])
+        if set(feeds) != wanted:
+            raise CompareError(f"feeds must name exactly the graph inputs {sorted(wanted)}; got {sorted(feeds)}")
+        feeds = {n: np.asarray(a) for n, a in feeds.items()}
         note = "feeds given by the caller"
     rows = graph_rows(model)
     if loss is None:

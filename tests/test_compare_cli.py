@@ -223,6 +223,8 @@ def test_the_function_raises_compare_error(kwargs, words):
         cmp.compare(mlp(), **kwargs)
     with pytest.raises(cmp.CompareError, match="onnx.ModelProto or a path"):
         cmp.compare(42)
+    with pytest.raises(cmp.CompareError, match=r"exactly the graph inputs \['X'\]"):
+        cmp.compare(mlp(), feeds={"x": np.zeros((4, 8), np.float32)})
 
 
 def test_cli_bad_file_is_one_line_no_traceback(folder):
