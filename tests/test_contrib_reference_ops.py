@@ -58,6 +58,7 @@ class Case:
     attrs: dict = field(default_factory=dict)
     outputs: tuple = ("y0",)
     expect: object = None
+    shapes: list = None  # static output shapes (float outputs), for kernels that read them from the graph
 
 
 def scores(n, c, *rest):
@@ -244,6 +245,24 @@ CASES = {
         Case("double-X-float-stats", [f(2, 3, 4, dtype=np.float64), X234_64, f(4, dtype=np.float64),
                                       MEAN_64, INV_64], outputs=("y0", "y1", "y2")),
     ],
+    "SkipLayerNormalization": [
+        Case("all-inputs-and-sum", [f(2, 3, 4), f(2, 3, 4), f(4), f(4), f(4)], {"epsilon": 1e-5},
+             outputs=("y0", "", "", "y3")),
+        Case("skip-2d-no-beta", [f(2, 3, 4), f(3, 4), f(4)]),
+    ],
+    "SimplifiedLayerNormalization": [
+        Case("inv_std_var", [f(2, 3, 4), f(4)], {"epsilon": 1e-5}, outputs=("y0", "y1")),
+        Case("axis1", [f(2, 3, 4), f(3, 4)], {"axis": 1}),
+    ],
+    "MaxPoolGrad": [
+        # Indices of MaxPool(kernel 2, stride 2) over a (1, 1, 2, 4) X: each window's max position
+        Case("2d", [f(1, 1, 1, 2), i64([[[1, 6]]])], {"kernel_shape": [2, 2], "strides": [2, 2]},
+             shapes=[[1, 1, 2, 4]]),
+    ],
+    "AveragePoolGrad": [
+        Case("2d-overlap-pads", [f(1, 2, 3, 3)], {"kernel_shape": [2, 2], "pads": [1, 0, 0, 1]},
+             shapes=[[1, 2, 3, 3]]),
+    ],
     "SoftmaxCrossEntropyLossGrad": [
         Case("mean", [np.array(1.3, np.float32), scores(4, 5), i64(0, 2, 4, 1)]),
         Case("sum", [np.array(0.7, np.float32), scores(4, 5), i64(0, 2, 4, 1)], {"reduction": "sum"}),
@@ -271,6 +290,10 @@ def _model(op, domain, case):
     """A one-node model of the case; omitted outputs ("") are not graph outputs."""
     model = one_node_model(op, case.inputs, case.attrs, domain=domain, outputs=list(case.outputs))
     kept = [o for o in model.graph.output if o.name]
+    if case.shapes:
+        from onnx import TensorProto, helper
+
+        kept = [helper.make_tensor_value_info(o.name, TensorProto.FLOAT, s) for o, s in zip(kept, case.shapes)]
     del model.graph.output[:]
     model.graph.output.extend(kept)
     feeds = {f"x{i}": np.asarray(v) for i, v in enumerate(case.inputs) if v is not None}

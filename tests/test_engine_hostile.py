@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from engine_models import chain_model, feeds_for
+from test_hostile_inputs_round2 import relu_kernel  # restores the kernel it replaced
 from ortlab.engine import (ExecutionProvider, InferenceSession, OpKernel, SessionOptions, register_execution_provider,
-                           register_op_kernel, unregister_op_kernel)
+                           kernel_registry)
 from ortlab.engine.execution_provider import EXECUTION_PROVIDERS
 from ortlab.errors import OrtlabError
 from ortlab.memory import BFCArena, plan
@@ -15,11 +16,8 @@ ort = quiet_import("onnxruntime")
 
 
 def run_with_relu(kernel):
-    register_op_kernel("Relu", override=True)(kernel)
-    try:
+    with relu_kernel(kernel):
         return InferenceSession(chain_model()).run(None, feeds_for(chain_model()))
-    finally:
-        unregister_op_kernel("Relu")
 
 
 @pytest.mark.parametrize("kernel, phrase", [
@@ -40,12 +38,8 @@ def test_a_kernel_class_built_wrongly_and_an_ep_that_raises():
         def __init__(self):  # forgets info
             pass
 
-    register_op_kernel("Relu", override=True)(NoInfo)
-    try:
-        with pytest.raises(OrtlabError, match=r"built as\s+cls\(info\)"):
-            InferenceSession(chain_model())
-    finally:
-        unregister_op_kernel("Relu")
+    with relu_kernel(NoInfo), pytest.raises(OrtlabError, match=r"built as\s+cls\(info\)"):
+        InferenceSession(chain_model())
 
     @register_execution_provider
     class RaisingExecutionProvider(ExecutionProvider):
@@ -119,3 +113,12 @@ def test_option_types_and_outputs_that_are_inputs_or_weights():
         assert np.shares_memory(x_out, x) and x_out.ctypes.data == x.ctypes.data, type(session)
         w_out[:] = 5
         assert session.run(["w"], {"x": x})[0].tolist() == [1.0, 1.0], type(session)
+
+
+def test_overriding_relu_here_leaves_the_builtin_kernel_for_later_tests():
+    """The tests above override Relu; the CPU EP's own Relu kernel (OrtRelu) must be back afterwards."""
+    registry = kernel_registry("CPUExecutionProvider")
+    before = registry.kernels.get("Relu")
+    run_with_relu(lambda ctx: ctx.input(0))
+    test_a_kernel_class_built_wrongly_and_an_ep_that_raises()
+    assert registry.kernels.get("Relu") is before

@@ -12,6 +12,7 @@ and orttraining/orttraining/core/graph/training_op_defs.cc; an attribute's defau
 keyword default of the class's `_run`.
 """
 import numpy as np
+from onnx import defs, helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
@@ -369,8 +370,204 @@ class SoftmaxCrossEntropyLossGrad(ContribOp):
         return (ref.softmax_cross_entropy_grad_ort(dy, log_prob, label, weight, reduction, ignore_index),)
 
 
+# -- Layer normalizations the fusions emit ------------------------------------------------------
+def ort_row_norm(rows, gamma, beta, epsilon, simplified):
+    """Per row r of `rows` (2-D, one row per normalized slice), as ORT's CPU kernel computes it in the
+    rows' dtype T: s1 = sum r, s2 = sum r*r (accumulated left to right), mean = s1 / n,
+    d = sqrt(s2 / n - mean*mean + eps) (simplified: sqrt(s2 / n + eps), mean unused), then
+    y = (r - mean) / d * gamma [+ beta] (simplified: r / d * gamma). Returns (y, mean, d).
+    Mirrors ComputeJob in onnxruntime/core/providers/cpu/nn/layer_norm_impl.cc and
+    onnxruntime/contrib_ops/cpu/skip_layer_norm.cc (float and double; epsilon a float)."""
+    t = rows.dtype.type
+    n = t(rows.shape[1])
+    s1 = np.cumsum(rows, axis=1, dtype=t)[:, -1:]  # sequential, as ORT's loop adds
+    s2 = np.cumsum(rows * rows, axis=1, dtype=t)[:, -1:]
+    mean = s1 / n
+    eps = t(np.float32(epsilon))
+    d = np.sqrt(s2 / n + eps) if simplified else np.sqrt(s2 / n - mean * mean + eps)
+    y = rows / d * gamma if simplified else (rows - mean) / d * gamma
+    if beta is not None and not simplified:
+        y = y + beta
+    return y.astype(t), mean, d
+
+
+@register_reference_op
+class SkipLayerNormalization(ContribOp):
+    """LayerNorm(input + skip [+ bias]) over the last dimension, times gamma [plus beta]; skip is
+    broadcast over the batch (ORT reads it modulo its size); output 3 is input + skip [+ bias].
+    ORT 1.19.2's CPU kernel never writes outputs 1 and 2 (mean, inv_std_var): a node that asks for
+    them is refused here (ORT hands back no value). Mirrors onnxruntime/contrib_ops/cpu/
+    skip_layer_norm.cc and skip_layer_norm_helper.h (CheckInputs)."""
+
+    def _run(self, x, skip, gamma, beta=None, bias=None, epsilon=1e-12):
+        names = list(self.onnx_node.output) + [""] * 4
+        if names[1] or names[2]:
+            self.refuse("outputs 1 and 2 (mean, inv_std_var) are never written by ORT 1.19.2's CPU kernel "
+                        "(skip_layer_norm.cc); leave them out of the node")
+        self.check_inputs(x, skip, gamma, beta, bias)
+        hidden = x.shape[-1]
+        rows, skip_rows = x.reshape(-1, hidden), skip.reshape(-1, hidden)
+        total = rows + skip_rows[np.arange(rows.shape[0]) % skip_rows.shape[0]]
+        if bias is not None:
+            total = total + bias
+        y, _, _ = ort_row_norm(total, gamma, beta, epsilon, simplified=False)
+        unused = np.zeros(0, np.float32)  # outputs 1, 2: refused above when named, so "" here
+        return (y.reshape(x.shape), unused, unused, total.reshape(x.shape))[:len(self.onnx_node.output)]
+
+    def check_inputs(self, x, skip, gamma, beta, bias):
+        """ORT's CheckInputs: input and skip of rank 2 or 3 with the same last two dimensions (a 2-D
+        input: skip of its shape, or of one row), gamma/beta/bias 1-D of the hidden size; float32."""
+        if x.dtype != np.float32 or skip.dtype != x.dtype:
+            self.refuse(f"ortlab runs float32 input and skip (ORT also float16), got {x.dtype} and {skip.dtype}")
+        if x.ndim not in (2, 3) or skip.ndim not in (2, 3):
+            self.refuse(f"input and skip are expected to have 2 or 3 dimensions, got {x.shape} and {skip.shape}")
+        if x.ndim == 2 and skip.shape != x.shape and not (skip.ndim == 2 and skip.shape[0] == 1):
+            self.refuse(f"skip {skip.shape} must have the 2-D input's shape {x.shape}")
+        if skip.shape[-2:] != x.shape[-2:]:
+            self.refuse(f"the last two dimensions of skip {skip.shape} must be the input's {x.shape}")
+        for name, v in (("gamma", gamma), ("beta", beta), ("bias", bias)):
+            if v is not None and (v.ndim != 1 or v.shape[0] != x.shape[-1]):
+                self.refuse(f"{name} is expected to be 1-D of the hidden size {x.shape[-1]}, got {v.shape}")
+
+
+@register_reference_op
+class SimplifiedLayerNormalization(ContribOp):
+    """RMSNorm: X / sqrt(mean(X^2 over the axes from `axis`) + epsilon) * scale; inv_std_var
+    (float32, X's shape with ones from `axis` on) is 1 / that sqrt. ORT registers it under the ONNX
+    domain. Mirrors onnxruntime/core/providers/cpu/nn/layer_norm_impl.cc (simplified) and
+    layer_norm.cc's registrations (no double kernel that writes inv_std_var in ORT 1.19.2)."""
+
+    op_domain = ""
+
+    def _run(self, x, scale, axis=-1, epsilon=1e-5, stash_type=1):
+        axis = self.axis_of(axis, x.ndim)
+        names = list(self.onnx_node.output) + [""]
+        if x.dtype not in (np.float32, np.float64) or scale.dtype != x.dtype:
+            self.refuse(f"X and scale must be float32 or float64 alike, got {x.dtype} and {scale.dtype}")
+        if x.dtype == np.float64 and names[1]:
+            self.refuse("ORT 1.19.2 has no CPU kernel for double X with the inv_std_var output")
+        size = int(np.prod(x.shape[axis:], dtype=np.int64))
+        if scale.size != size:
+            self.refuse(f"scale has {scale.size} elements; X {x.shape} normalizes {size} from axis {axis}")
+        y, _, d = ort_row_norm(x.reshape(-1, size), scale.reshape(-1), None, epsilon, simplified=True)
+        stats = x.shape[:axis] + (1,) * (x.ndim - axis)
+        return (y.reshape(x.shape), (np.float32(1) / d.astype(np.float32)).reshape(stats))[:len(names) - 1]
+
+
+# -- Pooling gradients: dX's shape comes from the graph ----------------------------------------
+class OutputShapeOp(ContribOp):
+    """A kernel that, as ORT's pool gradient kernels do, reads its outputs' static shapes from
+    the node's output types (InferOutputShapes in orttraining/orttraining/training_ops/cpu/nn/
+    pool_gradient_op.cc). Whoever knows the graph sets `output_shapes` (ortlab's CPU EP, and
+    `reference_run`); a dim is an int, or a str/None where the graph has no value."""
+
+    op_domain = ""
+    reads_output_shapes = True
+    output_shapes = None
+
+    def static_output_shape(self, free=()):
+        """Output 0's shape from the graph; dims in `free` may be symbolic (filled in by the caller)."""
+        shape = (self.output_shapes or [None])[0]
+        if shape is None or any(not isinstance(d, int) for i, d in enumerate(shape) if i not in free):
+            self.refuse(f"needs the static shape of its output {self.onnx_node.output[0]!r} from the graph, got "
+                        f"{shape}; ORT's kernel reads dX's shape there. Give the model's inputs fixed shapes")
+        return list(shape)
+
+
+# What a pooling node may carry (onnx/defs/nn/defs.cc); ORT's schemas allow unchecked attributes and
+# ortlab's gradient builders copy the forward node's onto its gradient.
+POOL_ATTRIBUTES = {"auto_pad": "NOTSET", "ceil_mode": 0, "count_include_pad": 0, "dilations": None,
+                   "kernel_shape": None, "pads": None, "storage_order": 0, "strides": None}
+
+
+def register_ort_pool_grad_schemas():
+    """Register ORT's MaxPoolGrad(dY, Indices) -> dX and AveragePoolGrad(dY) -> dX schemas (ONNX
+    domain, version 9; float tensors, int64 Indices) with onnx.defs unless there, so that ortlab
+    checks a graph holding them. ORT: orttraining/orttraining/core/graph/training_op_defs.cc."""
+    param, floats = defs.OpSchema.FormalParameter, ["tensor(float16)", "tensor(float)", "tensor(double)"]
+    attrs = [defs.OpSchema.Attribute(name, helper.make_attribute(name, default), name) if default is not None
+             else defs.OpSchema.Attribute(name, defs.OpSchema.AttrType.INTS, name, required=False)
+             for name, default in POOL_ATTRIBUTES.items()]
+    inputs = {"MaxPoolGrad": [param("dY", "T", "gradient of Y"), param("Indices", "I", "MaxPool's Indices")],
+              "AveragePoolGrad": [param("dY", "T", "gradient of Y")]}
+    for name, ins in inputs.items():
+        if defs.has(name, ""):
+            continue
+        constraints = [("T", floats, "float tensors")] + ([("I", ["tensor(int64)"], "int64")] if len(ins) > 1 else [])
+        defs.register_schema(defs.OpSchema(name, "", 9, f"ORT's {name} (a training op under the ONNX domain)",
+                                           inputs=ins, outputs=[param("dX", "T", "gradient of X")],
+                                           type_constraints=constraints, attributes=attrs))
+
+
+register_ort_pool_grad_schemas()
+
+
+@register_reference_op
+class MaxPoolGrad(OutputShapeOp):
+    """dX = zeros(X's shape), dY added at each flat index of Indices (MaxPool's second output);
+    dX's batch dimension is dY's. Mirrors orttraining/orttraining/training_ops/cpu/nn/
+    pool_gradient_op.cc (MaxPoolGrad, float)."""
+
+    def _run(self, dy, indices, **attributes):
+        shape = self.static_output_shape(free=(0,))
+        shape[0] = dy.shape[0]
+        if dy.shape != indices.shape:
+            self.refuse(f"dY {dy.shape} and Indices {indices.shape} must have one shape")
+        size = int(np.prod(shape, dtype=np.int64))
+        flat = indices.reshape(-1).astype(np.int64)
+        if flat.size and (flat.min() < 0 or flat.max() >= size):
+            self.refuse(f"Indices must lie in [0, {size}) for dX {shape} (ORT would write out of bounds)")
+        dx = np.zeros(size, dy.dtype)
+        np.add.at(dx, flat, dy.reshape(-1))
+        return (dx.reshape(shape),)
+
+
+@register_reference_op
+class AveragePoolGrad(OutputShapeOp):
+    """dX: each output position's dY / count added over its window [o*stride - pad_begin, + kernel)
+    clipped to X, count the kernel's size (count_include_pad) or the clipped window's. ORT's
+    1-D and 2-D kernels add; its 3-D kernel assigns, so overlapping 3-D windows keep only the last
+    (an ORT defect: this adds, the gradient). Mirrors orttraining/orttraining/training_ops/cpu/
+    nn/pool_gradient_op.cc (AveragePoolGrad, float; dilations and ceil_mode are not read there)."""
+
+    def _run(self, dy, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, kernel_shape=None, pads=None,
+             strides=None, dilations=None):
+        shape = self.static_output_shape()
+        spatial = len(shape) - 2
+        if spatial not in (1, 2, 3) or dy.ndim != len(shape) or dy.shape[:2] != tuple(shape[:2]):
+            self.refuse(f"dY {dy.shape} and dX {shape} must be N, C and 1 to 3 spatial dims alike")
+        if not kernel_shape or len(kernel_shape) != spatial:
+            self.refuse(f"kernel_shape {kernel_shape} must give one size per spatial dim ({spatial})")
+        strides = list(strides or [1] * spatial)
+        begin = list(pads or [0] * 2 * spatial)[:spatial]
+        dx = np.zeros(shape, dy.dtype)
+        for o in np.ndindex(*dy.shape[2:]):
+            lo = [max(i * s - p, 0) for i, s, p in zip(o, strides, begin)]
+            hi = [min(i * s - p + k, n) for i, s, p, k, n in zip(o, strides, begin, kernel_shape, shape[2:])]
+            count = int(np.prod(kernel_shape)) if count_include_pad else int(np.prod(np.subtract(hi, lo)))
+            scale = np.asarray(1, dy.dtype) / np.asarray(count, dy.dtype)
+            window = (slice(None), slice(None)) + tuple(slice(a, b) for a, b in zip(lo, hi))
+            dx[window] += (dy[(slice(None), slice(None)) + o] * scale)[(...,) + (None,) * spatial]
+        return (dx,)
+
+
+def static_shapes(model):
+    """{value name: dims} from the model's inputs, outputs and value_info (ints; str or None where
+    symbolic or unknown)."""
+    shapes = {}
+    for v in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        t = v.type.tensor_type
+        if v.type.HasField("tensor_type") and t.HasField("shape"):
+            shapes[v.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
+    return shapes
+
+
 def reference_run(model, feeds):
     """Run a model with onnx.reference, com.microsoft ops included; returns {output name: array}."""
     evaluator = ReferenceEvaluator(model, new_ops=list(CONTRIB_OPS.values()))
+    shapes = static_shapes(model)
+    for op in evaluator.rt_nodes_:
+        if getattr(op, "reads_output_shapes", False):
+            op.output_shapes = [shapes.get(name) for name in op.onnx_node.output]
     names = [o.name for o in model.graph.output]
     return dict(zip(names, evaluator.run(None, feeds)))
