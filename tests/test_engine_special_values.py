@@ -441,6 +441,22 @@ SWEEP_ORT_DIES = {
 }
 
 
+def _cpu_has_avx512():
+    try:
+        with open("/proc/cpuinfo") as info:
+            return " avx512f" in info.read()
+    except OSError:
+        return False
+
+
+# Variants whose ORT result follows MLAS's kernel for the CPU at hand (picked at run time, platform.cpp):
+# the engine mirrors the AVX-512 path measured here; elsewhere ORT may differ in the last n % 4 elements.
+SWEEP_CPU_DEPENDENT = {
+    ("QuantizeLinear", "specials"): "NaN quantizes to the type's minimum in MLAS's AVX-512 and SSE vector code, "
+                                    "to 0 in its scalar tail; the engine mirrors an AVX-512 CPU and this one has none",
+}
+
+
 def _open_reason(op, variant):
     return SWEEP_OPEN.get((op, variant)) or SWEEP_OPEN.get((op, "*"))
 
@@ -453,6 +469,9 @@ def _sweep_params():
                 reason = _open_reason(op, variant.split("[")[0]) or _open_reason(op, variant)
                 marks = [pytest.mark.xfail(reason=reason, strict=True, raises=(AssertionError, OrtlabError))] \
                     if reason else []
+                dependent = SWEEP_CPU_DEPENDENT.get((op, variant.split("[")[0]))
+                if dependent and not _cpu_has_avx512():
+                    marks = [pytest.mark.xfail(reason=dependent, strict=False)]
                 if (op, variant) in SWEEP_ORT_DIES:
                     marks = [pytest.mark.skip(reason=SWEEP_ORT_DIES[op, variant])]
                 params.append(pytest.param(vmodel, vfeeds, id=f"{op}/{case[len('test_'):]}/{variant}", marks=marks))
