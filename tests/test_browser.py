@@ -127,7 +127,7 @@ def test_readme_lab_command_opens_the_welcome_notebook(browser, jupyterlab):
 
     nb = nbformat.read(ROOT / "notebooks" / "00_welcome.ipynb", as_version=4)
     first = next(c.source for c in nb.cells if c.cell_type == "markdown")
-    heading = next(l for l in first.splitlines() if l.startswith("# "))[2:].strip()
+    heading = next(line for line in first.splitlines() if line.startswith("# "))[2:].strip()
     browser.get(jupyterlab if "://" in jupyterlab else Path(jupyterlab).as_uri())
     script = ("return Array.from(document.querySelectorAll('.jp-RenderedMarkdown h1'))"
               ".filter(h => h.offsetParent !== null).map(h => h.textContent)")

@@ -212,7 +212,8 @@ ptxas info    : Used 32 registers, 304 bytes cumulative stack size, 2048 bytes s
 
 def test_cuda_headers_from_the_runtime_wheel_are_on_the_include_path():
     source = ('#include <cuda_fp16.h>\n'
-              'extern "C" __global__ void inc(__half* x) { x[threadIdx.x] = __hadd(x[threadIdx.x], __float2half(1.0f)); }\n')
+              'extern "C" __global__ void inc(__half* x) '
+              '{ x[threadIdx.x] = __hadd(x[threadIdx.x], __float2half(1.0f)); }\n')
     result = cuda.compile(source, "sm_80")
     assert "add.f16" in result.ptx  # a half-precision add, as cuda_fp16.hpp writes it for sm_53+
     assert result.kernel("inc").registers > 0

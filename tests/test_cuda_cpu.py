@@ -94,7 +94,7 @@ def test_an_index_past_a_pointer_parameters_array_stops_the_launch(block_sum):
 
 def test_an_index_past_a_shared_array_names_the_source_line():
     source = GOOD.replace("buf[threadIdx.x] += buf[threadIdx.x + s]", "buf[threadIdx.x] += buf[threadIdx.x + 2 * s]")
-    line = source.splitlines().index(next(l for l in source.splitlines() if "2 * s" in l)) + 1
+    line = source.splitlines().index(next(text for text in source.splitlines() if "2 * s" in text)) + 1
     kernel = cpu.cpu_kernel(source, "block_sum")
     # s = 128: thread 0, which runs first, reads buf[0 + 2 * 128] = buf[256] of a float[256]
     with pytest.raises(OrtlabError, match=rf"thread \(0, 0, 0\) of block \(0, 0, 0\): kernel.cu line {line}, "
@@ -343,7 +343,8 @@ def test_printf_in_a_kernel_reaches_stdout_from_the_worker_process():
         import numpy as np
         from ortlab.cuda import cpu
         kernel = cpu.cpu_kernel(
-            'extern "C" __global__ void hello(int* y) { if (threadIdx.x == 1) printf("hello from thread %d\\n", threadIdx.x); }',
+            'extern "C" __global__ void hello(int* y) '
+            '{ if (threadIdx.x == 1) printf("hello from thread %d\\n", threadIdx.x); }',
             "hello")
         cpu.launch(kernel, 1, 2, np.zeros(1, np.int32))
         print("done", flush=True)

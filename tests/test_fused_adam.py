@@ -141,7 +141,7 @@ def _covered(plan, sizes, chunk):
 def test_launch_plan_follows_multi_tensor_apply(sizes, chunk, launches):
     plan = fa.plan_launches(sizes, chunk)
     assert len(plan) == launches
-    assert all(len(l.blocks) <= 320 and len(l.tensors) <= 36 for l in plan)
+    assert all(len(launch.blocks) <= 320 and len(launch.tensors) <= 36 for launch in plan)
     assert all((h == 1).all() for h in _covered(plan, sizes, chunk))
 
 

@@ -194,8 +194,8 @@ def test_broadcast_gradient_with_symbolic_shapes_equals_torch(case):
 # What ORT 1.19.2's builder does with symbolic shapes (gradient_builder_base.cc,
 # ComputeBroadcastBackwardAxes): two different symbols are taken as equal ("a relaxing case",
 # logged at INFO), so a symbol that is 1 at run time is not reduced: a gradient of the wrong shape,
-# no error. Its Div builder (A only) can build a Reshape that fails at run time. Axes missing on one side (different ranks) send it to HandleBroadcasting, which needs
-# dY's static shape and fails its ORT_ENFORCE.
+# no error. Its Div builder (A only) can build a Reshape that fails at run time. Axes missing on one side
+# (different ranks) send it to HandleBroadcasting, which needs dY's static shape and fails its ORT_ENFORCE.
 ORT_SYMBOLIC = {}
 
 

@@ -30,8 +30,10 @@ def gather(axis):
 
 
 CASES = [
-    Case("GatherElements", [x(3, 4), const([[0, 2], [1, 1], [3, 0]])], gather(1), {"axis": 1}, id="GatherElements-axis1-repeats"),
-    Case("GatherElements", [x(3, 4), const([[2, 0, 2, 1], [2, 2, 0, 0]])], gather(0), {"axis": 0}, id="GatherElements-axis0"),
+    Case("GatherElements", [x(3, 4), const([[0, 2], [1, 1], [3, 0]])], gather(1), {"axis": 1},
+         id="GatherElements-axis1-repeats"),
+    Case("GatherElements", [x(3, 4), const([[2, 0, 2, 1], [2, 2, 0, 0]])], gather(0), {"axis": 0},
+         id="GatherElements-axis0"),
     Case("GatherElements", [x(2, 3, 4), const(rng.integers(0, 4, (2, 3, 6)))], gather(-1), {"axis": -1},
          id="GatherElements-axis-negative-3d"),
     Case("GatherElements", [x(3, 4), const([[-1, 0], [-4, 3], [1, -1]])], lambda a, i: torch.gather(a, 1, i % 4),
@@ -95,7 +97,8 @@ CASES += [
          {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}, id="MaxPool-ceil"),
     Case("MaxPool", [x(1, 2, 8, 8)], lambda a: tf.max_pool2d(a, 2, 1, dilation=2),
          {"kernel_shape": [2, 2], "dilations": [2, 2]}, id="MaxPool-dilations"),
-    Case("MaxPool", [x(2, 3, 9)], lambda a: tf.max_pool1d(a, 3, 2), {"kernel_shape": [3], "strides": [2]}, id="MaxPool-1d"),
+    Case("MaxPool", [x(2, 3, 9)], lambda a: tf.max_pool1d(a, 3, 2), {"kernel_shape": [3], "strides": [2]},
+         id="MaxPool-1d"),
     Case("AveragePool", [x(2, 3, 6, 6)], lambda a: tf.avg_pool2d(a, 2, 2), {"kernel_shape": [2, 2], "strides": [2, 2]},
          id="AveragePool"),
     Case("AveragePool", [x(1, 2, 7, 6)], lambda a: tf.avg_pool2d(a, 3, 2, padding=1, count_include_pad=False),
@@ -103,7 +106,8 @@ CASES += [
     Case("AveragePool", [x(1, 2, 7, 6)], lambda a: tf.avg_pool2d(a, 3, 2, padding=1, count_include_pad=True),
          {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1},
          id="AveragePool-pads-counted"),
-    Case("AveragePool", [x(1, 2, 7, 7)], lambda a: tf.avg_pool2d(a, 3, 1), {"kernel_shape": [3, 3]}, id="AveragePool-overlap"),
+    Case("AveragePool", [x(1, 2, 7, 7)], lambda a: tf.avg_pool2d(a, 3, 1), {"kernel_shape": [3, 3]},
+         id="AveragePool-overlap"),
     Case("AveragePool", [x(1, 2, 7, 7)], lambda a: tf.avg_pool2d(a, 2, 2, ceil_mode=True),
          {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}, id="AveragePool-ceil"),
     Case("AveragePool", [x(2, 3, 9)], lambda a: tf.avg_pool1d(a, 3, 2), {"kernel_shape": [3], "strides": [2]},
@@ -121,8 +125,9 @@ NO_REFERENCE_KERNEL = ("MaxPoolGrad", "AveragePoolGrad")
 # (onnx/reference/ops/op_gather_elements.py) slices the shapes with a negative axis as given and
 # refuses; its Conv with auto_pad=VALID and strides makes a [3, 3] output where ONNX says [2, 2],
 # which the loss's Mul then refuses.
-REFERENCE_FORWARD_FAILS = {"GatherElements-axis-negative-3d": "all dimensions of index and self should be the same size",
-                           "Conv-valid": "binary operator 'Mul'"}
+REFERENCE_FORWARD_FAILS = {
+    "GatherElements-axis-negative-3d": "all dimensions of index and self should be the same size",
+    "Conv-valid": "binary operator 'Mul'"}
 
 
 

@@ -35,7 +35,8 @@ ONES = np.ones((2, 3), np.float32)
     (lambda g: g.add_node("Relu", ["y"], [3]), "outputs of the new Relu node must hold value names"),
     (lambda g: g.add_initializer("k", object()), "initializer 'k': object is not a tensor value"),
     (lambda g: g.initializer_value("nope"), "no initializer named 'nope'"),
-    (lambda g: g.replace_node_input(g.nodes()[0], 5, "x"), "node 'mul' \\(#0 Mul\\) has no input 5: it has 2 \\(x, w\\)"),
+    (lambda g: g.replace_node_input(g.nodes()[0], 5, "x"),
+     "node 'mul' \\(#0 Mul\\) has no input 5: it has 2 \\(x, w\\)"),
     (lambda g: Graph.load("/tmp"), "is a folder, not a model file"),
 ])
 def test_graph_methods_explain_bad_arguments(call, words):

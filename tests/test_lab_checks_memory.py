@@ -96,14 +96,14 @@ def shifted(field, change):
 
 
 @pytest.mark.parametrize("fn, words", [
-    (lambda nodes, shapes: {n: l for n, l in good_lifetimes(nodes, shapes).items()} | {"x": (0, 0, 0)},
+    (lambda nodes, shapes: {n: life for n, life in good_lifetimes(nodes, shapes).items()} | {"x": (0, 0, 0)},
      "not produced by any node"),
     (lambda nodes, shapes: list(good_lifetimes(nodes, shapes).items()), "return a dict"),
     (shifted("last_use", lambda v: None if v is None else v - 1), "last_use is"),
     (shifted("size", lambda v: None if v is None else v - 128), "rounded up to a multiple of 256"),
     (shifted("defined_at", lambda v: v + 1), "defined_at is"),
     (lambda nodes, shapes: dict(list(good_lifetimes(nodes, shapes).items())[1:]), "no lifetime for"),
-    (lambda nodes, shapes: {n: (l.defined_at,) for n, l in good_lifetimes(nodes, shapes).items()},
+    (lambda nodes, shapes: {n: (life.defined_at,) for n, life in good_lifetimes(nodes, shapes).items()},
      "give (defined_at, last_use, size)"),
     (lambda nodes, shapes: 1 / 0, "raised ZeroDivisionError"),
 ])

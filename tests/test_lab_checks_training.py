@@ -66,7 +66,8 @@ def test_lab06_step_times_reference_on_a_hand_made_profile():
 
 def test_lab06_layer_ops(capsys, profiles):
     one, two = profiles
-    grows = lambda a, b: sorted(op for op, n in _calls(b).items() if n / len(b.runs) > _calls(a).get(op, 0) / len(a.runs))
+    grows = lambda a, b: sorted(op for op, n in _calls(b).items()
+                                if n / len(b.runs) > _calls(a).get(op, 0) / len(a.runs))
     everything = lambda a, b: sorted(_calls(b))
     assert "[PASS]" in verdict(capsys, lambda: lab06.check_layer_ops(grows, one, two))
     assert "wrongly in or out" in verdict(capsys, lambda: lab06.check_layer_ops(everything, one, two))
@@ -153,4 +154,5 @@ def test_lab08_parity(capsys):
 
     assert "[PASS]" in verdict(capsys, lambda: lab08.check_parity(curves, steps=6))
     assert "your PyTorch losses" in verdict(capsys, lambda: lab08.check_parity(lambda n: curves(n, lr=0.1), steps=6))
-    assert "your ORTModule losses" in verdict(capsys, lambda: lab08.check_parity(lambda n: curves(n, ort_lr=0.5), steps=6))
+    assert "your ORTModule losses" in verdict(
+        capsys, lambda: lab08.check_parity(lambda n: curves(n, ort_lr=0.5), steps=6))

@@ -68,13 +68,13 @@ def test_build_removes_solutions_clears_outputs_and_keeps_the_rest(dirs):
     lab = nbformat.read(labs / "demo_lab.ipynb", as_version=4)
     assert lab.metadata["ortlab"]["lab"]["exercises"] == ["relu", "total"]
     assert len(lab.cells) == len(solution.cells)
-    for s, l in zip(solution.cells, lab.cells):
-        assert l.id == s.id and l.cell_type == s.cell_type
-        if l.cell_type == "code":
-            assert l.outputs == [] and l.execution_count is None and "execution" not in l.metadata
-            assert "BEGIN SOLUTION" not in l.source and "np.maximum" not in l.source
+    for s, cell in zip(solution.cells, lab.cells):
+        assert cell.id == s.id and cell.cell_type == s.cell_type
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None and "execution" not in cell.metadata
+            assert "BEGIN SOLUTION" not in cell.source and "np.maximum" not in cell.source
         if "BEGIN SOLUTION" not in s.source:
-            assert l.source == s.source
+            assert cell.source == s.source
     assert lab_build.check(sol, labs) == []
     assert lab_build.build(sol, labs, log=lambda *_: None) == []  # nothing to do
 
@@ -200,8 +200,8 @@ def test_grading_a_wrong_answer_reports_the_failure(tmp_path, run_cli):
     result = run_cli("ortlab.labs", "grade", path, "--solutions", FIXTURES / "solutions")
     assert result.returncode == 1
     lines = result.stdout.splitlines()
-    assert any(l.startswith("relu") and "fail" in l and "wrong values" in l for l in lines), result.stdout
-    assert any(l.startswith("total") and "pass" in l for l in lines), result.stdout
+    assert any(line.startswith("relu") and "fail" in line and "wrong values" in line for line in lines), result.stdout
+    assert any(line.startswith("total") and "pass" in line for line in lines), result.stdout
     assert "1 of 2 exercises pass" in result.stdout
 
 
@@ -255,7 +255,7 @@ def _grade_demo(path, run_cli, *args):
 
 
 def _row(result, exercise):
-    return next(l for l in result.stdout.splitlines() if l.startswith(exercise + " "))
+    return next(line for line in result.stdout.splitlines() if line.startswith(exercise + " "))
 
 
 HOSTILE = """\

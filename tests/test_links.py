@@ -57,7 +57,8 @@ def test_every_notebook_reference_resolves_or_says_planned():
 
 @pytest.mark.parametrize("line, ok", [
     ("see `L0_02_ortmodule`", True), ("see L0_02", True), ("see L2_09", False),
-    ("see L2_09 (planned)", True), ("see `L0_02_ortmodul`", False), ("[lab](../labs/lab01_compose_onnx_model.ipynb)", True),
+    ("see L2_09 (planned)", True), ("see `L0_02_ortmodul`", False),
+    ("[lab](../labs/lab01_compose_onnx_model.ipynb)", True),
     ("[lab](../labs/lab09_memory.ipynb)", False), ("a path /tmp/L2_03_x is not a reference", True),
 ])
 def test_the_checker_itself(line, ok, monkeypatch):

@@ -72,7 +72,8 @@ class Builder:
 
     def model(self, exposed):
         outputs = [self.values[-1]] + [v for v in exposed if v != self.values[-1]]
-        graph = helper.make_graph(self.nodes, "random", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+        graph = helper.make_graph(self.nodes, "random",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
                                   [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
                                   self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

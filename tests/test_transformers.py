@@ -248,7 +248,8 @@ def test_constant_sharing_makes_equal_scalars_one_initializer():
     from ortlab.onnx_defs import make_model
     from ortlab.transformers import GraphTransformerManager
     inits = [numpy_helper.from_array(np.array(2.0, np.float32), n) for n in ("c1", "c2")]
-    graph = helper.make_graph([helper.make_node("Mul", ["x", "c1"], ["a"]), helper.make_node("Mul", ["a", "c2"], ["y"])],
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "c1"], ["a"]),
+                               helper.make_node("Mul", ["a", "c2"], ["y"])],
                               "shared", [helper.make_tensor_value_info("x", 1, [2])],
                               [helper.make_tensor_value_info("y", 1, None)], inits)
     model = make_model(graph, domains=())

@@ -71,5 +71,5 @@ from ortlab.cuda.occupancy import Occupancy, occupancy
 from ortlab.cuda.ptxas import KernelResources
 
 __all__ = ["ARCHS", "ArchLimits", "CompileResult", "CpuKernel", "CudaCompileError", "Diagnostic",
-           "KernelResources", "Occupancy", "arch_limits", "clear_cache", "compile", "cpu_kernel", "cpu_kernels", "launch",
-           "occupancy", "schedule_differences"]
+           "KernelResources", "Occupancy", "arch_limits", "clear_cache", "compile", "cpu_kernel", "cpu_kernels",
+           "launch", "occupancy", "schedule_differences"]

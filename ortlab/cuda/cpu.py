@@ -222,7 +222,8 @@ def _build(text, key, timeout):
 
 
 def _dims(value, what, limit):
-    dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value) if isinstance(value, (tuple, list)) else None
+    dims = ((value,) if isinstance(value, (int, np.integer))
+            else tuple(value) if isinstance(value, (tuple, list)) else None)
     if (dims is None or not 1 <= len(dims) <= 3
             or any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1 for d in dims)):
         raise OrtlabError(f"{what} must be a positive int or a tuple of 1 to 3 positive ints, got {value!r}")

@@ -26,7 +26,8 @@ from ortlab.errors import OrtlabError
 
 SOURCE_NAME = "kernel.cu"
 # kernel.cu(12): error: identifier "x" is undefined   (also "warning", "remark")
-_LOG_LINE = re.compile(r"^(?P<file>[^\s()][^()]*)\((?P<line>\d+)\): (?P<severity>catastrophic error|error|warning|remark)"
+_LOG_LINE = re.compile(r"^(?P<file>[^\s()][^()]*)\((?P<line>\d+)\): "
+                       r"(?P<severity>catastrophic error|error|warning|remark)"
                        r"(?: #[\w-]+-D)?: (?P<message>.*)$")
 
 

@@ -93,7 +93,8 @@ def occupancy(resources, block_size, arch=None, dynamic_shared=0):
                           "ortlab.cuda.compile, or a dict such as {'registers': 32, 'shared_bytes': 0}")
     static = _read(resources, "shared_bytes", 0)
     bound = _read(resources, "max_threads_per_block")
-    if not isinstance(block_size, int) or isinstance(block_size, bool) or not 0 < block_size <= limits.max_threads_per_block:
+    if (not isinstance(block_size, int) or isinstance(block_size, bool)
+            or not 0 < block_size <= limits.max_threads_per_block):
         raise OrtlabError(f"block_size must be an int from 1 to {limits.max_threads_per_block} threads "
                           f"on {limits.name}, got {block_size!r}")
     if bound is not None and block_size > bound:

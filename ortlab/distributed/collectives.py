@@ -606,7 +606,6 @@ def all_to_all_splits(world_size):
 
 def all_to_all_input(rank, world_size, cols=3, seed=0):
     """Rank `rank`'s all-to-all chunks (chunk j for rank j), with all_to_all_splits rows each."""
-    rows = sum(all_to_all_splits(world_size)[rank])
     splits = all_to_all_splits(world_size)[rank]
     return list(torch.split(example_tensor(rank, (sum(splits), cols), seed + 7), splits))
 

@@ -37,7 +37,8 @@ def deepspeed_dir():
 
 def deepspeed_available():
     """Whether DeepSpeed can be imported by a rank: installed in deepspeed_dir(), or in the environment."""
-    return (deepspeed_dir() / "deepspeed" / "__init__.py").is_file() or importlib.util.find_spec("deepspeed") is not None
+    return ((deepspeed_dir() / "deepspeed" / "__init__.py").is_file()
+            or importlib.util.find_spec("deepspeed") is not None)
 
 
 def _import_deepspeed():

@@ -75,7 +75,7 @@ def main(argv=None):
                 [(name, f"{ms:.1f}", f"{ms / ort_ms:.1f}") for name, (ms, _, _) in found.items()]))
     losses = [h.losses for _, h, _ in found.values()]
     print(f"same losses on all three (rtol 1e-4): "
-          f"{all(abs(a - b) <= 1e-4 * abs(b) for l in losses[1:] for a, b in zip(l, losses[0]))}")
+          f"{all(abs(a - b) <= 1e-4 * abs(b) for curve in losses[1:] for a, b in zip(curve, losses[0]))}")
     model = found["ortlab.engine (runtime='ortlab')"][2]
     batch = models.get("gpt", dropout=0.0).example_inputs(batch=args.batch, seq=args.seq, seed=0)
     print(engine_breakdown(model, batch))

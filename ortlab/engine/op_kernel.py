@@ -154,7 +154,8 @@ class OpKernelContext:
             return
         if not hasattr(value, "shape"):
             value = np.asarray(value)
-        if isinstance(value, np.ndarray) and value.dtype.kind in "US":  # numpy str arrays hold tensor(string) as object arrays, as ORT's do
+        # numpy str arrays hold tensor(string) as object arrays, as ORT's do
+        if isinstance(value, np.ndarray) and value.dtype.kind in "US":
             value = value.astype(object)
         provider = self.step.output_providers[index]
         buffer = self.output(index, tuple(value.shape), provider.dtype_of(value))

@@ -32,11 +32,11 @@ class GradientBuilderBase:
 
     # --- ORT's shorthands --------------------------------------------------------------------
 
-    def I(self, i):
+    def I(self, i):  # noqa: E743 (ORT's gradient-builder shorthand I(i), kept with GI, GO)
         """Name of forward input i ('' when the optional input is absent)."""
         return self.node.inputs[i].name if i < len(self.node.inputs) else ""
 
-    def O(self, i):
+    def O(self, i):  # noqa: E743 (ORT's gradient-builder shorthand O(i), kept with GI, GO)
         """Name of forward output i; an absent optional output is added to the forward node."""
         if i >= len(self.node.outputs) or not self.node.outputs[i].exists():
             while len(self.node.outputs) <= i:

@@ -201,7 +201,8 @@ def register_ort_gradient(op_type, definition, domain="", **trace):
 def _check_definition(definition):
     """Say what is wrong with a hand-written definition before ORT sees it."""
     if not isinstance(definition, (list, tuple)) or not definition:
-        raise OrtGradientError(f"a gradient definition is a non-empty list of node tuples, not {type(definition).__name__}")
+        raise OrtGradientError("a gradient definition is a non-empty list of node tuples, "
+                               f"not {type(definition).__name__}")
     seen = set()
     for k, entry in enumerate(definition):
         if not isinstance(entry, (list, tuple)) or len(entry) not in (3, 4):

@@ -89,7 +89,8 @@ def noop_cases():
             ("Add(x, zeros[3])", _noop_model("Add", np.zeros(3)), True),
             ("Add(x, 0.5)", _noop_model("Add", 0.5), False),
             ("Mul(x, 2)", _noop_model("Mul", 2.0), False),
-            ("Add(x, zeros[4, 2, 3]), which broadcasts x to a bigger shape", _noop_model("Add", np.zeros((4, 2, 3))), False),
+            ("Add(x, zeros[4, 2, 3]), which broadcasts x to a bigger shape",
+             _noop_model("Add", np.zeros((4, 2, 3))), False),
             ("Add(graph input, 0) -> graph output", _noop_model("Add", 0.0, x_is_output_of_input=True), False)]
 
 

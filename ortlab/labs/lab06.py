@@ -69,7 +69,8 @@ def doctor_cases():
     gelu = lambda x, name="gelu": helper.make_node("Gelu", [x], ["Y"], name=name, domain="com.microsoft")
     return [
         ("Add -> Gelu", _graph([helper.make_node("Add", ["X", "B"], ["a"], name="add"), gelu("a")], ["X", "B"]), 1),
-        ("MatMul -> Gelu", _graph([helper.make_node("MatMul", ["X", "B"], ["a"], name="mm"), gelu("a")], ["X", "B"]), 0),
+        ("MatMul -> Gelu",
+         _graph([helper.make_node("MatMul", ["X", "B"], ["a"], name="mm"), gelu("a")], ["X", "B"]), 0),
         ("Gelu of an input", _graph([gelu("X")], ["X"]), 0),
         ("Add -> Relu", _graph([helper.make_node("Add", ["X", "B"], ["a"]),
                                 helper.make_node("Relu", ["a"], ["Y"])], ["X", "B"]), 0),

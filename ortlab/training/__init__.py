@@ -20,5 +20,5 @@ from ortlab.training.training_manager import TrainingGraphError
 __all__ = ["LAMB", "SGD", "Adam", "AdamW", "ExportError", "GraphTransitionManager", "History",
            "MiniORTModuleError", "TracerWarningError",
            "MiniORTModule", "OptimizerError", "SchemaError", "TrainingError", "TrainingGraphError",
-           "curve_shape", "flatten_inputs", "progression_batches", "progressions", "flatten_outputs", "global_norm", "train",
-           "train_step"]
+           "curve_shape", "flatten_inputs", "progression_batches", "progressions", "flatten_outputs", "global_norm",
+           "train", "train_step"]

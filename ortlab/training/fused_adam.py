@@ -151,21 +151,21 @@ def _check_lists(tensor_lists, depth=4):
     lists = [list(t) for t in tensor_lists]
     if not lists[0]:
         raise FusedAdamError("tensor_lists[0] is empty: pass at least one parameter with a gradient")
-    for l, tensors in enumerate(lists):
+    for list_index, tensors in enumerate(lists):
         if len(tensors) != len(lists[0]):
-            raise FusedAdamError(f"size mismatch among tensor lists: list {l} has {len(tensors)} tensors, "
+            raise FusedAdamError(f"size mismatch among tensor lists: list {list_index} has {len(tensors)} tensors, "
                                  f"list 0 has {len(lists[0])}; pass one grad, param, exp_avg, exp_avg_sq "
                                  "per parameter")
         for t, tensor in enumerate(tensors):
             if not isinstance(tensor, torch.Tensor):
-                raise FusedAdamError(f"tensor_lists[{l}][{t}] is {type(tensor).__name__}, not a torch.Tensor")
+                raise FusedAdamError(f"tensor_lists[{list_index}][{t}] is {type(tensor).__name__}, not a torch.Tensor")
             if not tensor.is_contiguous():
-                raise FusedAdamError(f"tensor_lists[{l}][{t}] is not contiguous: call .contiguous() first")
+                raise FusedAdamError(f"tensor_lists[{list_index}][{t}] is not contiguous: call .contiguous() first")
             if tensor.numel() != lists[0][t].numel():
-                raise FusedAdamError(f"size mismatch: tensor_lists[{l}][{t}] has {tensor.numel()} elements, "
+                raise FusedAdamError(f"size mismatch: tensor_lists[{list_index}][{t}] has {tensor.numel()} elements, "
                                      f"the gradient has {lists[0][t].numel()}")
             if tensor.dtype not in (torch.float16, torch.float32, torch.float64):
-                raise FusedAdamError(f"tensor_lists[{l}][{t}] is {tensor.dtype}; the kernel dispatches "
+                raise FusedAdamError(f"tensor_lists[{list_index}][{t}] is {tensor.dtype}; the kernel dispatches "
                                      "double, float and half only")
     return lists
 
@@ -364,7 +364,7 @@ def grouping_table(sizes, chunk_size=CHUNK_SIZE, block=1024):
     total = sum(sizes)
     rows = [("per-tensor loop", len(sizes), sum(-(-n // block) for n in sizes),
              f"{block} elements / program"),
-            ("ORT multi_tensor_apply", len(plan), sum(len(l.blocks) for l in plan),
+            ("ORT multi_tensor_apply", len(plan), sum(len(launch.blocks) for launch in plan),
              f"{chunk_size} elements / block, <= {DEPTH_TO_MAX_TENSORS[3]} tensors and "
              f"{DEPTH_TO_MAX_BLOCKS[3]} blocks / launch"),
             ("ortlab flat buffer", 1, -(-total // block), f"{block} elements / program, params contiguous")]

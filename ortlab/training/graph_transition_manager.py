@@ -197,7 +197,8 @@ def _plain_attributes(module, skip=None):
 def _undo_attributes(module, before):
     """Put back the plain Python attributes a forward changed, added or removed (`self.steps += 1`);
     returns their names ('sub.attribute')."""
-    (before, skip), (after, _) = before, _plain_attributes(module, before[1])
+    before, skip = before
+    after, _ = _plain_attributes(module, skip)
     changed = sorted(k for k in set(before) | set(after) if before.get(k, _MISSING) != after.get(k, _MISSING))
     for path, key in changed:
         owner = module.get_submodule(path)

@@ -107,7 +107,8 @@ def matmul_transpose(perm=(0, 2, 1), scale=None, scale_position="after"):
         inits.append(("s", np.array(scale, np.float32)))
         nodes.append(helper.make_node("Mul", ["at", "s"], ["ats"]))
         a_name = "ats"
-    nodes.append(helper.make_node("MatMul", [a_name, "b"], ["m" if scale is not None and scale_position == "after" else "y"]))
+    matmul_output = "m" if scale is not None and scale_position == "after" else "y"
+    nodes.append(helper.make_node("MatMul", [a_name, "b"], [matmul_output]))
     if scale is not None and scale_position == "after":
         inits.append(("s", np.array(scale, np.float32)))
         nodes.append(helper.make_node("Div", ["m", "s"], ["y"]))

@@ -13,8 +13,8 @@ is read only by the next node and is no graph output. The fused node (com.micros
 the LayerNormalization's outputs and epsilon. The Adds' shapes are the ones ORT knows: onnx's
 shape inference without data propagation (ORT's Graph::Resolve does none), so a residual Add
 after a Reshape to a computed shape, which ortlab's own NodeArgs know to be [batch, S, H]
-(inferred with data propagation), is [?, ?, ?] to ORT and not fused, as in ORT. ortlab also requires the LayerNormalization to
-normalize the last axis, which SkipLayerNormalization always does (ORT does not check it).
+(inferred with data propagation), is [?, ?, ?] to ORT and not fused, as in ORT. ortlab also requires the
+LayerNormalization to normalize the last axis, which SkipLayerNormalization always does (ORT does not check it).
 """
 from onnx import shape_inference
 

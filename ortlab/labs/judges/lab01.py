@@ -57,7 +57,8 @@ def transpose_matmul(remote, build):
         if ops != ["Transpose", "MatMul"]:
             return f"build({k}, {m}, {n}) has nodes {ops}; expected exactly Transpose then MatMul"
         if _io(model) != ["A", "B"] or [o.name for o in model.graph.output] != ["Y"]:
-            return f"inputs must be named A, B and the output Y; got {_io(model)} -> {[o.name for o in model.graph.output]}"
+            return ("inputs must be named A, B and the output Y; "
+                    f"got {_io(model)} -> {[o.name for o in model.graph.output]}")
         a = rng.standard_normal((k, m)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
         reason = compare(run_in_ort(model, {"A": a, "B": b}, "build")[0], a.T @ b, 1e-5, 1e-5,
