@@ -447,3 +447,26 @@ def test_a_kernel_reads_the_very_array_its_producer_wrote():
     after = {row.step.node.name: row.values for row in trace.steps}
     assert seen["x"] is after["n0"][session.state.index_of["v0"]]
     assert not seen["x"].flags.writeable
+
+
+def test_orts_missing_gradient_builder_comes_with_what_to_do():
+    import onnx
+    from onnx import TensorProto, helper
+
+    from ortlab.gradients import OrtGradientError, ort_gradient_graph
+
+    c = 3
+    inits = [helper.make_tensor(n, TensorProto.FLOAT, [c], v) for n, v in
+             (("scale", [1.0] * c), ("bias", [0.0] * c), ("mean", [0.0] * c), ("var", [1.0] * c))]
+    nodes = [helper.make_node("BatchNormalization", ["X", "scale", "bias", "mean", "var"], ["Y"]),
+             helper.make_node("ReduceSum", ["Y"], ["loss"], keepdims=0)]
+    graph = helper.make_graph(nodes, "bn", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, c])],
+                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    with pytest.raises(OrtGradientError) as caught:
+        ort_gradient_graph(model, ["scale"], "loss")
+    said = str(caught.value)
+    assert "has not been registered: BatchNormalization" in said  # ORT's own words
+    assert "BatchNormReplacement" in said and "register_ort_gradient" in said

@@ -109,4 +109,17 @@ def ort_gradient_graph(model, x_names, loss_name):
         else:  # a bare ORT_ENFORCE: name the condition and where it failed
             where = check.split(" ")[0].rsplit("/", 1)[-1]
             reason = f"{check.rsplit(') const ', 1)[-1]} was false ({where})"
-        raise OrtGradientError(f"ORT's gradient builder failed: {reason}") from None
+        raise OrtGradientError(f"ORT's gradient builder failed: {reason}{_advice(reason)}") from None
+
+
+def _advice(reason):
+    """What to do when ORT's C++ builder has no builder for an op (gradient_builder_registry.cc)."""
+    if "gradient builder has not been registered" not in reason:
+        return ""
+    op = reason.split("registered: ", 1)[-1].split(" for node")[0].strip()
+    replaced = {"BatchNormalization": " ORTModule gets past this one because its pre-training transformer "
+                                      "BatchNormReplacement first turns it into BatchNormInternal, which has a builder."}
+    return (f". ORT's C++ builder has no gradient for {op} as it is in this graph.{replaced.get(op, '')} "
+            "Register a gradient definition for it (register_ort_gradient, as lab03 does), build with "
+            "ortlab's builder (gradient_builder='ortlab') if it has one, or keep the op off the path from "
+            "the weights to the loss")
