@@ -118,7 +118,8 @@ def _advice(reason):
         return ""
     op = reason.split("registered: ", 1)[-1].split(" for node")[0].strip()
     replaced = {"BatchNormalization": " ORTModule gets past this one because its pre-training transformer "
-                                      "BatchNormReplacement first turns it into BatchNormInternal, which has a builder."}
+                                      "BatchNormReplacement first turns it into BatchNormInternal, which has "
+                                      "a builder."}
     return (f". ORT's C++ builder has no gradient for {op} as it is in this graph.{replaced.get(op, '')} "
             "Register a gradient definition for it (register_ort_gradient, as lab03 does), build with "
             "ortlab's builder (gradient_builder='ortlab') if it has one, or keep the op off the path from "
