@@ -13,6 +13,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language.standard  # noqa: E402
+from triton.runtime.errors import InterpreterError  # noqa: E402
 from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
 from ortlab.errors import OrtlabError  # noqa: E402
@@ -26,27 +27,30 @@ class TritonImportOrderError(OrtlabError):
     """Triton was imported before ortlab on a machine without a GPU: its own helpers are compiled-mode."""
 
 
-def check_interpreter():
-    """Under the interpreter, Triton's own @triton.jit helpers (tl.max, tl.sum, tl.softmax, in
-    triton/language/standard.py) must be interpreted too. They are decorated once, when triton is first
+def helpers_interpreted():
+    """False when, under the interpreter, Triton's own @triton.jit helpers (tl.max, tl.sum, tl.softmax, in
+    triton/language/standard.py) are compiled-mode functions. They are decorated once, when triton is first
     imported, and Triton reads TRITON_INTERPRET at that moment: imported before ortlab set it, they stay
-    compiled-mode, and any kernel calling one fails with Triton's "Cannot call @triton.jit'd outside of the
-    scope of a kernel"."""
-    if triton_mode().startswith("interpreter") and not isinstance(triton.language.standard.max,
-                                                                  InterpretedFunction):
-        raise TritonImportOrderError(
-            "triton was imported before ortlab (or before TRITON_INTERPRET=1 was set), so Triton's own "
-            "helpers (tl.max, tl.sum, ...) were built for a GPU and cannot run in the interpreter on this "
-            f"CPU. Restart the kernel and import ortlab before triton, or set {TRITON_INTERPRET}=1 in the "
-            "environment before Python starts.")
+    compiled-mode, and a kernel that calls one fails with Triton's "Cannot call @triton.jit'd outside of the
+    scope of a kernel" (a kernel that calls none of them still runs)."""
+    return not triton_mode().startswith("interpreter") or isinstance(triton.language.standard.max,
+                                                                     InterpretedFunction)
 
 
 def launch(kernel_fn, grid, *args, **meta):
     """Launch a @triton.jit kernel on `grid` programs and record it (name, grid)."""
-    check_interpreter()
     grid = tuple(int(g) for g in (grid if isinstance(grid, tuple) else (grid,)))
     LAUNCHES.append((kernel_fn.fn.__name__ if hasattr(kernel_fn, "fn") else str(kernel_fn), grid))
-    kernel_fn[grid](*args, **meta)
+    try:
+        kernel_fn[grid](*args, **meta)
+    except InterpreterError as error:
+        if helpers_interpreted() or "outside of the scope of a kernel" not in str(error):
+            raise
+        raise TritonImportOrderError(
+            "triton was imported before ortlab (or before TRITON_INTERPRET=1 was set), so Triton's own "
+            "helpers (tl.max, tl.sum, ...) were built for a GPU and cannot run in the interpreter on this "
+            f"CPU. Restart the kernel and import ortlab before triton, or set {TRITON_INTERPRET}=1 in the "
+            "environment before Python starts.") from None
 
 
 @contextlib.contextmanager
