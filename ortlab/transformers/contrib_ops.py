@@ -2,11 +2,14 @@
 
 They define what each op computes, so a graph with ORT's contrib and training ops runs in
 onnx.reference (`reference_run`) and can be checked against ORT 1.19.2's CPU kernels: the ops the
-fusions emit (Gelu, BiasGelu, FusedMatMul, FusedGemm; BiasSoftmax and BiasDropout, whose only
-kernels are in onnxruntime/contrib_ops/cuda/), and the ops of training graphs (the gradient
-builders' *Grad ops, BroadcastGradientArgs, Scale, and ReduceSumTraining, which ORT's optimizers
-write). The maths lives in ortlab.kernels.ops.reference, one numpy function per op (plain numpy:
-no torch or Triton is loaded here); each class names the ORT kernel file it mirrors.
+fusions emit (Gelu, BiasGelu, FusedMatMul, FusedGemm, SkipLayerNormalization; BiasSoftmax and
+BiasDropout, whose only kernels are in onnxruntime/contrib_ops/cuda/), and the ops of training graphs
+(the gradient builders' *Grad ops, BroadcastGradientArgs, Scale, and ReduceSumTraining, which ORT's
+optimizers write). ORT registers a few of its own ops under the ONNX domain
+(SimplifiedLayerNormalization, MaxPoolGrad, AveragePoolGrad): their classes say op_domain = "".
+The maths lives in ortlab.kernels.ops.reference, one numpy function per op (plain numpy: no torch
+or Triton is loaded here), except the layer norms' and pool gradients', kept with their classes
+below; each class names the ORT kernel file it mirrors.
 Schemas (attribute defaults): onnxruntime/core/graph/contrib_ops/contrib_defs.cc, bert_defs.cc,
 and orttraining/orttraining/core/graph/training_op_defs.cc; an attribute's default is the
 keyword default of the class's `_run`.
@@ -21,7 +24,8 @@ from ortlab.onnx_defs import MS_DOMAIN
 from ortlab.kernels.ops import reference as ref
 from ortlab.registry import Registry
 
-# (op type, domain) -> OpRun class: what onnx.reference runs for the ops outside its own domains.
+# (op type, domain) -> OpRun class: what onnx.reference runs for ORT's own ops (com.microsoft, and the
+# few ORT registers under the ONNX domain, which onnx.reference does not have).
 CONTRIB_OPS = Registry("reference op", duplicates="replace")
 
 
@@ -395,24 +399,23 @@ def ort_row_norm(rows, gamma, beta, epsilon, simplified):
 class SkipLayerNormalization(ContribOp):
     """LayerNorm(input + skip [+ bias]) over the last dimension, times gamma [plus beta]; skip is
     broadcast over the batch (ORT reads it modulo its size); output 3 is input + skip [+ bias].
-    ORT 1.19.2's CPU kernel never writes outputs 1 and 2 (mean, inv_std_var): a node that asks for
-    them is refused here (ORT hands back no value). Mirrors onnxruntime/contrib_ops/cpu/
+    Outputs 1 and 2 (mean, inv_std_var; float32, the input's shape with a last 1) are the row
+    statistics as LayerNormalization saves them. ORT 1.19.2's CPU kernel never writes them (no value
+    comes back, a node reading one fails); ortlab's engine wants a value for every named output, and a
+    LayerNormalization fused with its saved statistics keeps their names. Mirrors onnxruntime/contrib_ops/cpu/
     skip_layer_norm.cc and skip_layer_norm_helper.h (CheckInputs)."""
 
     def _run(self, x, skip, gamma, beta=None, bias=None, epsilon=1e-12):
-        names = list(self.onnx_node.output) + [""] * 4
-        if names[1] or names[2]:
-            self.refuse("outputs 1 and 2 (mean, inv_std_var) are never written by ORT 1.19.2's CPU kernel "
-                        "(skip_layer_norm.cc); leave them out of the node")
         self.check_inputs(x, skip, gamma, beta, bias)
         hidden = x.shape[-1]
         rows, skip_rows = x.reshape(-1, hidden), skip.reshape(-1, hidden)
         total = rows + skip_rows[np.arange(rows.shape[0]) % skip_rows.shape[0]]
         if bias is not None:
             total = total + bias
-        y, _, _ = ort_row_norm(total, gamma, beta, epsilon, simplified=False)
-        unused = np.zeros(0, np.float32)  # outputs 1, 2: refused above when named, so "" here
-        return (y.reshape(x.shape), unused, unused, total.reshape(x.shape))[:len(self.onnx_node.output)]
+        y, mean, d = ort_row_norm(total, gamma, beta, epsilon, simplified=False)
+        stats = x.shape[:-1] + (1,)
+        return (y.reshape(x.shape), mean.astype(np.float32).reshape(stats),
+                (1 / d).astype(np.float32).reshape(stats), total.reshape(x.shape))[:len(self.onnx_node.output)]
 
     def check_inputs(self, x, skip, gamma, beta, bias):
         """ORT's CheckInputs: input and skip of rank 2 or 3 with the same last two dimensions (a 2-D
