@@ -23,7 +23,9 @@ TB_PORT ?= 6006
 tensorboard:
 	@ORTLAB_TB_PORT=$(TB_PORT) bash tools/tensorboard.sh $(LOGDIR)
 
+# ruff first (pyproject's [tool.ruff]: pycodestyle and pyflakes, lines up to 120), then the suite
 test: setup
+	$(PY) -m ruff check ortlab tests tools conftest.py
 	$(PY) -m pytest
 
 # The notebooks again under another CPU dispatch (torch without SIMD kernels) and one thread:

@@ -150,7 +150,8 @@ def generate_feeds(model, dims=None, seed=0):
             feeds[vi.name] = rng.integers(0, 2, shape).astype(bool)
         else:
             feeds[vi.name] = rng.integers(*INT_RANGE, shape).astype(dtype)
-    note = "generated feeds (seeded; floats normal, integers 0 or 1): " + (", ".join(f"{n} {a.dtype}{list(a.shape)}" for n, a in feeds.items()) or "none")
+    listed = ", ".join(f"{n} {a.dtype}{list(a.shape)}" for n, a in feeds.items())
+    note = "generated feeds (seeded; floats normal, integers 0 or 1): " + (listed or "none")
     if chosen:
         note += "; dynamic dims chosen: " + ", ".join(f"{k}={v}" for k, v in chosen.items())
     return feeds, note
@@ -225,7 +226,8 @@ def graph_rows(model):
             rows.append(Row(check, DIFFER, f"ortlab cannot optimize it: {_why(exc)}"))
             continue
         a, b = _op_counts(ours), _op_counts(theirs)
-        diff = [f"{op} {a.get(op, 0)} vs {b.get(op, 0)}" for op in sorted(set(a) | set(b)) if a.get(op, 0) != b.get(op, 0)]
+        diff = [f"{op} {a.get(op, 0)} vs {b.get(op, 0)}" for op in sorted(set(a) | set(b))
+                if a.get(op, 0) != b.get(op, 0)]
         detail = [f"same op counts ({len(ours.graph.node)} nodes)" if not diff else
                   f"op counts ortlab vs ORT: {'; '.join(diff)}",
                   "ortlab fired: " + (", ".join(f"{k} x{v}" for k, v in our_fired.items()) or "none"),

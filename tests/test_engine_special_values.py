@@ -42,7 +42,8 @@ def node_model(op, feeds, n_out=1, opset=21, **attrs):
     model = helper.make_model(helper.make_graph([node], op, inputs, outputs),
                               opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
     inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    types = {v.name: v.type.tensor_type.elem_type for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    values = list(inferred.graph.value_info) + list(inferred.graph.output)
+    types = {v.name: v.type.tensor_type.elem_type for v in values}
     for output in model.graph.output:
         output.type.tensor_type.elem_type = types.get(output.name, 0)
     return model
@@ -255,7 +256,8 @@ INTEGER_DIVISION = {"Div", "Mod"}
 
 
 def _opset(model, domain):
-    return max((o.version for o in model.opset_import if (o.domain or "") in ((domain,) if domain else ("", "ai.onnx"))),
+    domains = (domain,) if domain else ("", "ai.onnx")
+    return max((o.version for o in model.opset_import if (o.domain or "") in domains),
                default=0)
 
 
@@ -551,7 +553,8 @@ def test_topk_k_larger_than_axis_is_refused_like_ort():
     model = node_model("TopK", feeds, 2, axis=1)
     with pytest.raises(Exception, match=r"k argument \[4\] should not be greater than specified axis dim value \[3\]"):
         run_ort(model, feeds)
-    with pytest.raises(OrtlabError, match=r"k argument \[4\] should not be greater than specified axis dim value \[3\]"):
+    with pytest.raises(OrtlabError,
+                       match=r"k argument \[4\] should not be greater than specified axis dim value \[3\]"):
         run_engine(model, feeds)
 
 

@@ -552,12 +552,16 @@ ORT_VS_SPEC = [
     ("Hardmax", "NaN in a row", "not specified (onnx.reference: 1 at the first NaN)",
      "1 at the first element equal to Eigen's row max: a row whose max is NaN is all zeros",
      "core/providers/cpu/math/hardmax.cc"),
-    ("QuantizeLinear", "NaN, +-inf, values past the type's range (int8/uint8)", "saturate to the range; NaN not specified",
-     "saturates; NaN gives the type's minimum (MLAS AVX-512 / SSE vectors; the SSE scalar tail would give 0)",
+    ("QuantizeLinear", "NaN, +-inf, values past the type's range (int8/uint8)",
+     "saturate to the range; NaN not specified",
+     "saturates; NaN gives the type's minimum (MLAS AVX-512 / SSE vectors; the SSE scalar tail would "
+     "give 0)",
      "core/mlas/lib/quantize.cpp"),
-    ("ReduceMean", "an empty reduced set", "not specified (numpy: NaN)", "0", "core/providers/cpu/reduction/reduction_ops.h"),
+    ("ReduceMean", "an empty reduced set", "not specified (numpy: NaN)", "0",
+     "core/providers/cpu/reduction/reduction_ops.h"),
     ("Div, Mod", "integers divided by 0, or the type's minimum by -1", "undefined",
-     "the process dies with SIGFPE (the engine refuses with an OrtlabError)", "core/providers/cpu/math/element_wise_ops.cc"),
+     "the process dies with SIGFPE (the engine refuses with an OrtlabError)",
+     "core/providers/cpu/math/element_wise_ops.cc"),
 ]
 
 
