@@ -57,12 +57,7 @@ RANDOM_OPS = {"Bernoulli", "RandomNormal", "RandomNormalLike", "RandomUniform", 
 # Cases not compared: (action, reason). "skip": nothing to compare here; "xfail": an engine bug
 # (strict: the test fails once it is fixed, so that the entry goes); "xfail-lenient": an engine bug
 # a few cases survive by accident. Names may be globs.
-SUBGRAPH_BUG = ("engine bug: ortlab/ir/graph.py Graph._check_node runs onnx.checker.check_node on an "
-                "If/Loop whose body reads outer-scope values, without a lexical scope, and refuses the "
-                "model ('Nodes in a graph must be topologically sorted'); ORT runs it")
 EXCEPTIONS = {
-    "test_affine_grid_*_expanded": ("xfail", SUBGRAPH_BUG),
-    "test_range_*_expanded": ("xfail", SUBGRAPH_BUG),
     "test_mvn": ("xfail", "engine bug: ortlab/ir/graph.py Graph._check_inference: onnx's strict shape "
                           "inference fails inside MeanVarianceNormalization's function body (a Constant "
                           "whose value refers to the absent 'axes' attribute) and the engine says 'ORT "
@@ -439,7 +434,7 @@ def test_loop_scan_outputs_match_ort(trips):
 # ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("case", [
     "test_cast_FLOAT_to_BFLOAT16",
-    "test_range_float_type_positive_delta_expanded", "test_sequence_insert_at_back",
+    "test_sequence_insert_at_back",
     "test_optional_has_element_empty_optional_input", "test_mvn", "test_scan_sum"])
 def test_unrunnable_case_raises_an_ortlab_error(case):
     """A case the engine cannot run raises an OrtlabError subclass naming the input or node, not a raw

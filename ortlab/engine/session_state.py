@@ -45,31 +45,6 @@ def _expected_shape(arg):
     return None if dims is None else tuple(d if isinstance(d, int) else None for d in dims)
 
 
-def _subgraph_names(attribute_value, found):
-    """Names a subgraph (GraphProto) reads from outside itself (ORT: a node's implicit inputs)."""
-    defined = {i.name for i in attribute_value.input} | {t.name for t in attribute_value.initializer}
-    for node in attribute_value.node:
-        for name in node.input:
-            if name and name not in defined:
-                found.append(name)
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.type == attr.GRAPH else list(attr.graphs)):
-                _subgraph_names(sub, found)
-        defined.update(node.output)
-    return found
-
-
-def implicit_inputs(node):
-    found = []
-    for proto in node.attribute_protos.values():
-        if proto.type == proto.GRAPH:
-            _subgraph_names(proto.g, found)
-        elif proto.type == proto.GRAPHS:
-            for g in proto.graphs:
-                _subgraph_names(g, found)
-    return list(dict.fromkeys(found))
-
-
 class SessionState:
     """The graph as it will run: value indices, kernels, initializers and the plan."""
 
@@ -127,7 +102,7 @@ class SessionState:
             node, provider, kernel,
             inputs=[index[a.name] if a.exists() else -1 for a in node.inputs],
             outputs=[index[o.name] if o.exists() else -1 for o in node.outputs],
-            implicit=[(name, index[name]) for name in implicit_inputs(node) if name in index],
+            implicit=[(name, index[name]) for name in node.implicit_input_names() if name in index],
             output_dtypes=[np.dtype(a.dtype) if a is not None and a.dtype else None for a in args],
             output_shapes=[_expected_shape(a) for a in args],
             graph_outputs=[o.name in self.graph.outputs for o in node.outputs],

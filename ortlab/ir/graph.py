@@ -409,14 +409,29 @@ class Graph:
     def _check_node(self, node, ctx):
         """The node against its schema: input and output counts, required, unknown and
         mistyped attributes (onnx.checker.check_node, what ORT's VerifyNodeAndOpMatch does)."""
+        proto = node.to_proto()
         try:
-            onnx.checker.check_node(node.to_proto(), ctx)
+            if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in proto.attribute):
+                onnx.checker.check_graph(self._scope_of(proto), ctx)
+            else:
+                onnx.checker.check_node(proto, ctx)
         except onnx.checker.ValidationError as exc:
             reason = str(exc).strip().splitlines()[0]
             raise GraphError(f"node {_label(node)} does not match the schema of {node.op_type} "
                              f"(opset {ctx.opset_imports.get(node.domain or '', '?')}): {reason} "
                              "Fix the node's inputs, outputs or attributes (see onnx.defs.get_schema("
                              f"'{node.op_type}') for what it takes)") from None
+
+    def _scope_of(self, proto):
+        """A graph holding only `proto` whose inputs are every value of this graph: a subgraph (If, Loop, Scan)
+        may read values of the graph around it (its lexical scope, as ORT's Graph resolves it), which a
+        check of the node alone would call undefined. The types are placeholders: this checks structure,
+        and type and shape inference checks the types."""
+        visible = [name for name in self._args if name not in proto.output]
+        return helper.make_graph([proto], "scope", [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [])
+                                                    for name in visible],
+                                 [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [])
+                                  for name in proto.output if name])
 
     def _check_inference(self):
         """Strict type and shape inference, as ORT's InferAndVerifyTypeMatch: incompatible shapes,

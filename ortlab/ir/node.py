@@ -50,9 +50,27 @@ class Node:
     def output_names(self):
         return [a.name for a in self.outputs]
 
+    def implicit_input_names(self):
+        """Names this node's subgraphs (the bodies of If, Loop, Scan) read from the graph around them, in
+        first-read order: ORT's Node::ImplicitInputDefs."""
+        found = []
+        for proto in self.attribute_protos.values():
+            if proto.type == proto.GRAPH:
+                _subgraph_reads(proto.g, found)
+            elif proto.type == proto.GRAPHS:
+                for sub in proto.graphs:
+                    _subgraph_reads(sub, found)
+        return list(dict.fromkeys(found))
+
+    def implicit_input_nodes(self):
+        """Producers of the values this node's subgraphs read from outside, one per edge."""
+        return [p for name in self.implicit_input_names() if (p := self.graph.producer(name))]
+
     def input_nodes(self):
-        """Producers of this node's inputs (ORT's Node::InputNodesBegin/End), one per edge."""
-        return [p for a in self.inputs if a.exists() and (p := self.graph.producer(a.name))]
+        """Producers of this node's inputs, implicit ones included (ORT's Node::InputNodesBegin/End:
+        Graph::BuildConnections gives a subgraph's outer reads edges too), one per edge."""
+        explicit = [p for a in self.inputs if a.exists() and (p := self.graph.producer(a.name))]
+        return explicit + self.implicit_input_nodes()
 
     def output_nodes(self):
         """Consumers of this node's outputs (ORT's Node::OutputNodesBegin/End), one per edge."""
@@ -98,3 +116,15 @@ class Node:
         name = repr(self.name) if self.name else "(no name)"
         return (f"Node({self.index}, {name}, {node_op_name(self)}, inputs={self.input_names}, "
                 f"outputs={self.output_names})")
+
+
+def _subgraph_reads(graph_proto, found):
+    """Append to `found` the names a subgraph reads without defining them (nested subgraphs included)."""
+    defined = {i.name for i in graph_proto.input} | {t.name for t in graph_proto.initializer}
+    for node in graph_proto.node:
+        found += [name for name in node.input if name and name not in defined]
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.type == attr.GRAPH else list(attr.graphs)):
+                _subgraph_reads(sub, found)
+        defined.update(node.output)
+    return found

@@ -1,0 +1,56 @@
+"""Subgraphs that read values of the graph around them (If, Loop): ORT resolves them in a lexical scope."""
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from ortlab.engine import InferenceSession
+from ortlab.errors import OrtlabError
+
+
+def _if_model(else_reads="x"):
+    value = helper.make_tensor_value_info
+    then_g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["t"])], "then", [],
+                               [value("t", TensorProto.FLOAT, [2])])
+    else_g = helper.make_graph([helper.make_node("Neg", [else_reads], ["e"])], "else", [],
+                               [value("e", TensorProto.FLOAT, [2])])
+    nodes = [helper.make_node("Mul", ["x", "x"], ["w"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g, name="branch")]
+    graph = helper.make_graph(nodes, "g", [value("x", TensorProto.FLOAT, [2]), value("c", TensorProto.BOOL, [])],
+                              [value("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("condition", [True, False])
+def test_branches_reading_outer_values_run_as_in_ort(condition):
+    model = _if_model()
+    feeds = {"x": np.array([1.5, -2.0], np.float32), "c": np.array(condition)}
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = InferenceSession(model).run(None, feeds)
+    np.testing.assert_array_equal(got[0], expected[0])
+
+
+def test_a_branch_reading_a_value_nowhere_in_scope_is_still_refused():
+    model = _if_model(else_reads="nowhere")
+    with pytest.raises(Exception) as ort_refusal:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert "nowhere" in str(ort_refusal.value)
+    with pytest.raises(OrtlabError, match="nowhere"):
+        InferenceSession(model)
+
+
+def test_a_node_whose_branch_reads_a_value_runs_after_its_producer_in_both_orders():
+    from ortlab.ir import Graph
+
+    model = _if_model()
+    # put the If first in the file: only its implicit input ties it to the Mul
+    model.graph.node.insert(0, model.graph.node.pop(1))
+    graph = Graph.from_model(model)
+    mul, branch = (next(n for n in graph.nodes() if n.op_type == op) for op in ("Mul", "If"))
+    assert branch.implicit_input_names() == ["x", "w"] and branch.input_nodes() == [mul]
+    for kind in ("default", "priority"):
+        assert [n.op_type for n in graph.topological_order(kind)] == ["Mul", "If"]
+    feeds = {"x": np.array([3.0, 1.0], np.float32), "c": np.array(True)}
+    np.testing.assert_array_equal(InferenceSession(model).run(None, feeds)[0], [12.0, 2.0])
