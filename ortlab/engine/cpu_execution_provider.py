@@ -78,6 +78,8 @@ class ReferenceKernel(OpKernel):
         op_class = op_class or reference_op_class(node, opsets)
         self.op = op_class(node.to_proto(), _run_params(opsets))
         self.needs_context = isinstance(self.op, OpRun) and self.op.need_context()
+        if getattr(self.op, "reads_output_shapes", False):  # as ORT's kernels read their OutputDefs' shapes
+            self.op.output_shapes = [node.graph.node_arg(o.name).shape if o.exists() else None for o in node.outputs]
 
     def compute(self, ctx):
         args = ctx.inputs()
