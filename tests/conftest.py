@@ -30,3 +30,14 @@ def browser_or_skip():
     if os.environ.get("ORTLAB_REQUIRE_BROWSER") == "1":
         pytest.fail(message)
     pytest.skip(message)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_cuda_worker_left():
+    """ortlab.cuda's CPU runner keeps one worker process for its timed launches, for the life of the process
+    that started it. Stopped after each test module, so that no module finds another's child process (the
+    launcher tests check that nothing is left running)."""
+    yield
+    cpu = sys.modules.get("ortlab.cuda.cpu")
+    if cpu is not None:
+        cpu.stop_worker()

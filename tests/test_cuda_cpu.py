@@ -3,6 +3,7 @@
 The kernels are ordinary CUDA C++ (NVRTC compiles the same text, see the last test); results are
 compared with numpy on integer-valued float32 data, so every sum is exact in any order.
 """
+import os
 import subprocess
 import sys
 import textwrap
@@ -391,7 +392,8 @@ def test_an_interrupt_while_a_kernel_spins_stops_the_worker_too():
         import numpy as np
         from ortlab.cuda import cpu
         spin = cpu.cpu_kernel('extern "C" __global__ void spin(float* y) { while (true) {} }', "spin")
-        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        main = threading.main_thread().ident  # Ctrl-C reaches the main thread, which waits on the worker
+        threading.Timer(0.5, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
         try:
             cpu.launch(spin, 1, 1, np.zeros(1, np.float32), timeout=60)
         except KeyboardInterrupt:
@@ -405,3 +407,14 @@ def test_an_interrupt_while_a_kernel_spins_stops_the_worker_too():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[-2] == "no child left"
+
+
+def test_stop_worker_leaves_no_child_process(block_sum):
+    x, out = np.arange(256, dtype=np.float32), np.zeros(1, np.float32)
+    cpu.launch(block_sum, 1, 256, x, out, 256)  # a timed launch: runs in the worker
+    assert cpu._WORKER is not None and cpu._WORKER.alive()
+    cpu.stop_worker()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)
+    cpu.launch(block_sum, 1, 256, x, out, 256)  # the next launch starts a new one
+    assert out[0] == x.sum()

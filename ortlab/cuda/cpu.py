@@ -437,6 +437,15 @@ def _in_worker(kernel, held, shape, timeout):
     return failed, message
 
 
+def stop_worker():
+    """Stop this process's worker, if it has one (the next timed launch starts a new one). A worker lives as
+    long as the process that started it; a test suite that counts its child processes stops it first."""
+    global _WORKER
+    if _WORKER is not None and _WORKER.owner == os.getpid():
+        _WORKER.stop()
+    _WORKER = None
+
+
 def schedule_differences(kernel, grid, block, *args, shared=0, timeout=10.0):
     """Names of the array arguments whose results differ between the forward and the reverse schedule
     (each run on copies): a race between two barriers. The arguments themselves are not changed."""
