@@ -228,3 +228,13 @@ def test_ptxas_runs_under_a_time_limit():
     with pytest.raises(OrtlabError, match="ptxas took longer than 0.0001 s for sm_80"):
         cuda.compile(REDUCTION + "\n// timed\n", "sm_80", ptxas_timeout=0.0001)
     assert cuda.compile(REDUCTION + "\n// timed\n", "sm_80").cubin  # a failure is not cached
+
+
+def test_compiling_leaves_pythons_text_encoding_alone():
+    # NVRTC switches the calling thread to a "C" locale of its own; left so, open() reads text as ASCII
+    import locale
+
+    before = locale.getpreferredencoding(False)
+    cuda.clear_cache()
+    cuda.compile('extern "C" __global__ void k(float* y) { y[threadIdx.x] = 1.0f; }', "sm_80")
+    assert locale.getpreferredencoding(False) == before

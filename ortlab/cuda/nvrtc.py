@@ -14,6 +14,7 @@ A compile error is NVRTC_ERROR_COMPILATION with the front end's log, whose lines
 `kernel.cu(LINE): error: MESSAGE`, then the source line and a caret under the column; `parse_log`
 turns them into `Diagnostic`s. cuda-python's `cuda.bindings.nvrtc` wraps the same five calls.
 """
+import contextlib
 import ctypes
 import ctypes.util
 import glob
@@ -136,9 +137,27 @@ def include_dirs():
             if os.path.isfile(os.path.join(d, "cuda_fp16.h"))]
 
 
+@contextlib.contextmanager
+def _thread_locale_kept():
+    """Put the calling thread's locale back after NVRTC: nvrtcCompileProgram switches the thread to a "C"
+    locale of its own (uselocale) and leaves it there, after which Python's open() reads text as ASCII."""
+    libc = ctypes.CDLL(None)
+    libc.uselocale.restype, libc.uselocale.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+    before = libc.uselocale(None)  # NULL: ask, change nothing
+    try:
+        yield
+    finally:
+        libc.uselocale(before)
+
+
 def compile_to_ptx(source, compute, options=()):
     """(ptx, log): `source` compiled for the virtual architecture `compute` ("compute_80") with the
     further NVRTC `options`. A compile error is a CudaCompileError carrying NVRTC's diagnostics."""
+    with _thread_locale_kept():
+        return _compile_to_ptx(source, compute, options)
+
+
+def _compile_to_ptx(source, compute, options):
     lib = library()
     prog = ctypes.c_void_p()
     _check(lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), SOURCE_NAME.encode(), 0, None, None),
