@@ -164,10 +164,14 @@ def check_best_fit(best_fit):
 
 def predicted_block(name, lifetimes, best_fit):
     """The block your two functions predict for a case, before anything runs."""
-    c = case(name)
-    mine = call_learner(lifetimes, *exercise_inputs(c), what=f"lifetimes on case {name!r}")
+    return block_of(case(name), lifetimes, best_fit)
+
+
+def block_of(c, lifetimes, best_fit):
+    """The block two functions (lifetimes, best_fit) predict for the Case `c`."""
+    mine = call_learner(lifetimes, *exercise_inputs(c), what=f"lifetimes on case {c.name!r}")
     events = pattern_events(c, mine)
-    offsets = call_learner(best_fit, list(events), what=f"best_fit on case {name!r}")
+    offsets = call_learner(best_fit, list(events), what=f"best_fit on case {c.name!r}")
     return peak(offsets, {e.name: e.size for e in events if isinstance(e, Alloc)})
 
 
