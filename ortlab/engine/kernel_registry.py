@@ -37,12 +37,26 @@ class KernelRegistry:
         self.provider = provider
         self.kernels = Registry(f"{provider} kernel", duplicates="error",
                                 hint="Add one with @register_op_kernel(op, domain=..., provider=...).")
+        self.replaced = {}  # key -> the kernels an override put behind it, oldest first
 
     def register(self, create_info, override=False):
         key = (create_info.kernel_def.op_type, create_info.kernel_def.domain)
         old = self.kernels.get(key)
         rerun = old is not None and _same_name(old.kernel_class, create_info.kernel_class)
+        if old is not None and override and not rerun:
+            self.replaced.setdefault(self.kernels.key(key), []).append(old)
         return self.kernels.register(key, create_info, override=override or rerun)
+
+    def unregister(self, op_type, domain=""):
+        """Remove the kernel registered last for (op, domain), and bring back the one it overrode, if any:
+        in ORT a custom registry sits in front of the EP's built-in one, so removing a custom kernel leaves
+        the built-in answering. Returns the removed KernelCreateInfo (None when there was none)."""
+        removed = self.kernels.unregister(op_type, domain)
+        key = self.kernels.key(op_type, domain)
+        behind = self.replaced.get(key)
+        if removed is not None and behind:
+            self.kernels.register(key, behind.pop(), override=True)
+        return removed
 
     def find(self, node, dtypes=()):
         """(KernelCreateInfo, None) for a node, or (None, why not)."""
@@ -216,4 +230,4 @@ KERNEL_DEF_FIELDS = {"since_version": _since_version, "type_constraints": _type_
 
 def unregister_op_kernel(op_type, domain="", provider=CPU):
     """Remove a registered kernel; returns its KernelCreateInfo (None when there was none)."""
-    return registered_kernels(provider, where=" (unregister_op_kernel)").kernels.unregister(op_type, domain)
+    return registered_kernels(provider, where=" (unregister_op_kernel)").unregister(op_type, domain)
