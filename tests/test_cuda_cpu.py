@@ -392,6 +392,8 @@ def test_an_interrupt_while_a_kernel_spins_stops_the_worker_too():
         import numpy as np
         from ortlab.cuda import cpu
         spin = cpu.cpu_kernel('extern "C" __global__ void spin(float* y) { while (true) {} }', "spin")
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a notebook's kernel has it, even when
+        # this process was started with SIGINT ignored (a job sent to the background)
         main = threading.main_thread().ident  # Ctrl-C reaches the main thread, which waits on the worker
         threading.Timer(0.5, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
         try:

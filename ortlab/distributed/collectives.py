@@ -570,6 +570,9 @@ def error_texts(cases, catch, describe=str):
     for name, call in cases.items():
         try:
             call()
+            # gloo may report a call's error from its worker thread after the call returned (seen under load:
+            # AVG's refusal surfaced at the next wait); a barrier here keeps it with the call that caused it
+            dist.barrier()
             found[name] = "no error"
         except catch as exc:
             found[name] = describe(exc)
