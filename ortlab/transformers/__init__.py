@@ -22,6 +22,7 @@ from ortlab.transformers.not_where_fusion import NotWhereFusion  # noqa: E402
 from ortlab.transformers.constant_sharing import ConstantSharing  # noqa: E402
 from ortlab.transformers.cse import CommonSubexpressionElimination  # noqa: E402
 from ortlab.transformers.constant_folding import ConstantFolding  # noqa: E402
+from ortlab.transformers.reshape_fusion import ReshapeFusion  # noqa: E402
 from ortlab.transformers.matmul_fusions import (GemmActivationFusion, MatMulAddFusion,  # noqa: E402
                                                 MatMulScaleFusion, MatmulTransposeFusion)
 from ortlab.transformers.gelu_fusion import BiasGeluFusion, GeluFusion  # noqa: E402
@@ -40,7 +41,8 @@ __all__ = ["BiasDropoutFusion", "BiasGeluFusion", "BiasSoftmaxFusion", "CastElim
            "EliminateDropout", "EliminateIdentity", "GemmSumFusion", "GemmTransposeFusion",
            "GeluFusion", "GemmActivationFusion", "GraphTransformer", "GraphTransformerManager", "LEVELS",
            "LayerNormFusion", "Match", "MatMulAddFusion", "MatMulScaleFusion", "MatmulTransposeFusion",
-           "NoopElimination", "NoopReshapeElimination", "NotWhereFusion", "PatternFusion", "RewriteRule",
+           "NoopElimination", "NoopReshapeElimination", "NotWhereFusion", "PatternFusion", "ReshapeFusion",
+           "RewriteRule",
            "RuleBasedGraphTransformer", "RuleEffect", "SimplifiedLayerNormFusion", "SkipLayerNormFusion",
            "TransformerError", "TransformerRecord", "graph_utils", "known_names", "optimize",
            "optimize_for_training", "ort_pre_training_table", "pre_training_transformers",
