@@ -13,6 +13,9 @@ Every number below is NVIDIA's, from two documents (nothing here was measured or
 
 `ARCHS` maps the name that `ptxas -arch` and NVRTC's `--gpu-architecture` take to its `ArchLimits`.
 Register a further architecture by adding a row (the same two documents give its numbers).
+
+`DATASHEETS` holds a different kind of number: the headline figures of NVIDIA's product datasheets
+(SM count, cores, bandwidth, peak TFLOPS) for P100, V100, A100 and H100, labelled as such.
 """
 from dataclasses import dataclass
 
@@ -75,3 +78,63 @@ def arch_limits(arch):
     known = ", ".join(f"{a.name} ({a.gpu})" for a in ARCHS.values())
     raise OrtlabError(f"unknown GPU architecture {arch!r}: ortlab.cuda knows {known}; "
                       "pass one of these names as arch")
+
+
+# ---- datasheet figures ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Datasheet:
+    """One data-centre GPU's headline figures, as NVIDIA's datasheet and architecture whitepaper print
+    them (SXM form factor; TFLOPS dense, i.e. without 2:4 sparsity; None: the GPU has no such unit).
+    These are marketing peak figures at boost clock, not measurements."""
+
+    gpu: str
+    arch: str
+    architecture: str
+    sms: int
+    fp32_cores_per_sm: int
+    tensor_cores: int               # 0: none (Pascal)
+    memory: str
+    bandwidth_gb_s: int
+    fp32_tflops: float
+    fp16_tensor_tflops: float       # None: no tensor cores
+    tf32_tflops: float              # None: no TF32 (before Ampere)
+    bf16_tflops: float              # None: no BF16 tensor math (before Ampere)
+    source: str
+
+    @property
+    def fp32_cores(self):
+        return self.sms * self.fp32_cores_per_sm
+
+
+DATASHEETS = {
+    d.arch: d for d in (
+        Datasheet("P100", "sm_60", "Pascal", 56, 64, 0, "16 GB HBM2", 732, 10.6, None, None, None,
+                  "NVIDIA Tesla P100 datasheet (SXM2); NVIDIA Tesla P100 whitepaper"),
+        Datasheet("V100", "sm_70", "Volta", 80, 64, 640, "32 GB HBM2", 900, 15.7, 125.0, None, None,
+                  "NVIDIA Tesla V100 GPU Accelerator datasheet (SXM2); NVIDIA Tesla V100 GPU Architecture whitepaper"),
+        Datasheet("A100", "sm_80", "Ampere", 108, 64, 432, "80 GB HBM2e", 2039, 19.5, 312.0, 156.0, 312.0,
+                  "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB); NVIDIA A100 Tensor Core GPU Architecture "
+                  "whitepaper"),
+        Datasheet("H100", "sm_90", "Hopper", 132, 128, 528, "80 GB HBM3", 3350, 67.0, 989.5, 494.7, 989.5,
+                  "NVIDIA H100 Tensor Core GPU datasheet (SXM5); NVIDIA H100 Tensor Core GPU Architecture "
+                  "whitepaper"),
+    )
+}
+
+
+def datasheet(arch):
+    """The `Datasheet` of the data-centre GPU of `arch` (sm_60, sm_70, sm_80, sm_90)."""
+    if isinstance(arch, str) and arch in DATASHEETS:
+        return DATASHEETS[arch]
+    raise OrtlabError(f"no datasheet figures for {arch!r}: ortlab.cuda has them for {sorted(DATASHEETS)}")
+
+
+def datasheet_table():
+    """One row per GPU of DATASHEETS, labelled as datasheet figures (dense TFLOPS, SXM parts)."""
+    def figure(value):
+        return "-" if value is None else f"{value:g}"
+    return [{"GPU": d.gpu, "arch": d.arch, "SMs": d.sms, "FP32 cores/SM": d.fp32_cores_per_sm,
+             "FP32 cores": d.fp32_cores, "tensor cores": d.tensor_cores or "-", "memory": d.memory,
+             "GB/s": d.bandwidth_gb_s, "FP32 TFLOPS": figure(d.fp32_tflops),
+             "FP16 tensor TFLOPS": figure(d.fp16_tensor_tflops), "TF32 TFLOPS": figure(d.tf32_tflops),
+             "BF16 TFLOPS": figure(d.bf16_tflops)} for d in DATASHEETS.values()]
