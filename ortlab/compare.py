@@ -206,7 +206,7 @@ def ortlab_optimized(model, level):
 
 
 def _op_counts(model):
-    from ortlab.transformers.examples import op_counts
+    from ortlab.walkthroughs.graph_transformers import op_counts
     return op_counts(model)
 
 
@@ -244,7 +244,7 @@ def graph_rows(model):
 def gradient_rows(model, loss, xs, feeds):
     """ortlab's gradient graph next to ORT's: gradient node counts, then max |difference| per x when ORT
     runs both on the same feeds."""
-    from ortlab.gradients.compare import gradient_nodes
+    from ortlab.walkthroughs.per_op_gradients import gradient_nodes
     from ortlab.gradients.graph_builder import build_gradient_graph
     from ortlab.gradients.ort import ort_gradient_graph
     from ortlab.session import run_model
@@ -310,7 +310,7 @@ def engine_rows(model, feeds):
 def memory_rows(model, feeds):
     """ortlab.memory.plan's memory-pattern block next to the one ORT logs requesting on its first run."""
     from ortlab.memory import plan
-    from ortlab.training.memory_optimizer import ort_block
+    from ortlab.walkthroughs.memory_recompute import ort_block
 
     check = "memory block"
     try:

@@ -1,4 +1,4 @@
-"""ortlab.engine.binding_views (the L1_03 walkthrough's helpers) checked against onnxruntime 1.19.2
+"""ortlab.walkthroughs.iobinding_dlpack (the L1_03 walkthrough's helpers) checked against onnxruntime 1.19.2
 itself, numpy and torch: the pointers it compares, the frame roles it reports beside what ORT does with
 the same binding, ORT's IOBinding bugs it runs in forked processes (pinned: if a newer ORT fixes one,
 the test says so and the notebook needs its text changed), and the copy counts of the device paths."""
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ortlab.engine import InferenceSession, SessionOptions
-from ortlab.engine import binding_views as bv
+from ortlab.walkthroughs import iobinding_dlpack as bv
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
 

@@ -88,7 +88,7 @@ def _rows(report):
 
 def _ort_op_counts(model, level):
     from ortlab.session import optimized_model
-    from ortlab.transformers.examples import op_counts
+    from ortlab.walkthroughs.graph_transformers import op_counts
     return op_counts(optimized_model(model, level, providers=["CPUExecutionProvider"]))
 
 
@@ -170,7 +170,7 @@ def test_integer_feeds_stay_valid_indices():
 def test_a_known_difference_from_ort_exits_non_zero():
     """Relu -> Dropout(ratio 0.3, training_mode a constant False) -> Relu: ortlab's EliminateDropout
     removes the Dropout, ORT 1.19.2 keeps it (the difference tests/test_transformers.py pins)."""
-    from ortlab.transformers.examples import elimination
+    from ortlab.walkthroughs.graph_transformers import elimination
 
     model = elimination("dropout")
     assert _ort_op_counts(model, "basic").get("Dropout") == 1  # ORT's own graph keeps it

@@ -1,4 +1,4 @@
-"""The com.microsoft reference ops (ortlab.transformers.contrib_ops) against ORT 1.19.2's CPU kernels.
+"""The com.microsoft reference ops (ortlab.ops.contrib_ops) against ORT 1.19.2's CPU kernels.
 
 Every registered op has cases here (a registered op without one fails); each case is a one-node
 model run by ORT with optimizations off and by `reference_run`, and every output must match in
@@ -14,7 +14,7 @@ import torch
 
 from ortlab import models, session
 from ortlab.onnx_defs import MS_DOMAIN, one_node_model
-from ortlab.transformers.contrib_ops import CONTRIB_OPS, ContribOpError, reference_run
+from ortlab.ops.contrib_ops import CONTRIB_OPS, ContribOpError, reference_run
 
 rng = np.random.default_rng(7)
 

@@ -1,4 +1,4 @@
-"""ortlab.kernels.cpp_extension: a pybind11 extension built with load_inline, checked against
+"""ortlab.engine.cpp_extension: a pybind11 extension built with load_inline, checked against
 ORT 1.19.2's CPU GeluGrad and SGDOptimizer kernels, torch autograd and torch.optim.SGD.
 
 The first test to ask for `ext` compiles the extension when no cached build exists (~30-40 s on
@@ -14,8 +14,8 @@ import torch
 
 from ortlab.engine import InferenceSession, kernel_registry
 from ortlab.engine.kernel_registry import CPU
-from ortlab.kernels import cpp_extension as cpp
-from ortlab.kernels.ops.reference import gelu_grad_reference
+from ortlab.engine import cpp_extension as cpp
+from ortlab.ops.reference import gelu_grad_reference
 from ortlab.onnx_defs import MS_DOMAIN, one_node_model
 from ortlab.session import run_model, run_node
 
@@ -49,7 +49,7 @@ def assert_gelu_grad_close(got, expected, dy):
 # --- build and cache ---------------------------------------------------------------------------------
 def test_a_second_process_loads_the_build_from_the_cache_in_well_under_a_second(ext):
     assert ext.directory.parent == cpp.cache_root() and ext.directory.name.startswith(cpp.NAME)
-    code = ("from ortlab.kernels import cpp_extension as c; r = c.build(); "
+    code = ("from ortlab.engine import cpp_extension as c; r = c.build(); "
             "print(r.compiled, r.seconds, r.module.__file__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          timeout=120)

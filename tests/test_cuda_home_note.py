@@ -20,7 +20,7 @@ def _stderr(code, tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="torch prints the note only where CUDA is unavailable")
 def test_torch_prints_the_note_and_ortlab_keeps_it_from_the_ortmodule_import_but_not_real_warnings(tmp_path):
     assert NOTE in _stderr("import torch.utils.cpp_extension", tmp_path)
-    quiet = _stderr("import sys\nimport ortlab.training.ortmodule\nimport onnxruntime.training.ortmodule\n"
+    quiet = _stderr("import sys\nimport ortlab.ortmodule.driver\nimport onnxruntime.training.ortmodule\n"
                     "print('a real warning', file=sys.stderr)", tmp_path)
     assert NOTE not in quiet
     assert "a real warning" in quiet

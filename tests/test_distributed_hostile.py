@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from ortlab.distributed import LaunchError, examples, launch, launcher
+from ortlab.distributed import LaunchError, launch, launcher
+from ortlab.walkthroughs import distributed_training as examples
 from ortlab.distributed.collectives import CollectiveError, ring_bytes_per_rank
 from ortlab.distributed.data_parallel import MLP, DataParallelError, assign_buckets
 from ortlab.distributed.moe import DistributedMoE, MoE, MoEError, expert_capacity, route

@@ -16,7 +16,8 @@ import types
 import pytest
 import torch
 
-from ortlab.distributed import LaunchError, LaunchResult, examples, launch, launcher
+from ortlab.distributed import LaunchError, LaunchResult, launch, launcher
+from ortlab.walkthroughs import distributed_training as examples
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -193,7 +194,8 @@ def test_python_c_function_is_refused_before_anything_starts():
 
 def test_a_program_read_from_stdin_is_refused_before_anything_starts():
     """`python -` names its main program '<stdin>': spawned ranks would run that path again and crash."""
-    code = ("from ortlab.distributed import launch, LaunchError, examples\n"
+    code = ("from ortlab.distributed import launch, LaunchError\n"
+            "from ortlab.walkthroughs import distributed_training as examples\n"
             "try:\n    launch(examples.all_reduce_sum)\nexcept LaunchError as e:\n    print('LaunchError:', e)\n")
     out = subprocess.run([sys.executable, "-"], input=code, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert "LaunchError: the main program is '<stdin>', not a file" in out.stdout, out.stderr

@@ -1,6 +1,6 @@
 """ORT's distributed side: DDP and ORTModule wrap orders on 2 real ranks, ORT's load-balancing sampler.
 
-One launch trains the three wrap orders (ortlab.distributed.ort.wrap_order_job); the references are
+One launch trains the three wrap orders (ortlab.ortmodule.distributed.wrap_order_job); the references are
 plain torch in this process. The sampler needs no process group (world_size= and rank= given).
 """
 import pickle
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from ortlab.distributed import launch
-from ortlab.distributed.ort import (
+from ortlab.ortmodule.distributed import (
     WRAP_ORDERS, OrtDistributedError, RankLoad, fixed_sampler_class, largest_difference,
     load_balancing_batch_sampler, load_balancing_sampler, make_model, one_process_ddp, rank_batch, rank_loads,
     second_epoch_error, step_cost, token_budget_batches, train_wrapped, workload_table, wrap_order_job,

@@ -373,7 +373,7 @@ def test_orts_optimized_gradient_graphs_run_equal(name, tmp_path):
 
 def test_bench_breakdown_adds_up():
     """The benchmark's split of the engine's run time: kernels plus overhead is the run."""
-    from ortlab.engine.bench import engine_breakdown
+    from ortlab.benchmarks.engine import engine_breakdown
 
     module = models.get("mlp", dropout=0.0)
     model = MiniORTModule(module, gradient_builder="ortlab", runtime="ortlab")

@@ -1,4 +1,4 @@
-"""ortlab.engine.plan_views against independent references: ORT's outputs and execution order, and
+"""ortlab.walkthroughs.execution_engine against independent references: ORT's outputs and execution order, and
 value lifetimes and bytes worked out here from the ONNX graph and ORT's own arrays."""
 import matplotlib
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 from ortlab import session
 from ortlab.engine import InferenceSession, RunOptions, SessionOptions
-from ortlab.engine import plan_views as pv
+from ortlab.walkthroughs import execution_engine as pv
 from ortlab.profiling import load_ort_profile
 
 matplotlib.use("Agg")

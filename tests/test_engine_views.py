@@ -1,4 +1,4 @@
-"""ortlab.engine.views: the tables and pictures agree with ORT's rules, ORT's own log and the saved
+"""ortlab.walkthroughs.execution_providers: the tables and pictures agree with ORT's rules, ORT's own log and the saved
 partitioned graph (read with onnx, not through the engine)."""
 import onnx
 import pytest
@@ -7,7 +7,8 @@ from matplotlib.patches import FancyBboxPatch, Rectangle
 
 from engine_models import chain_model, reduce_sum_model
 from ortlab import session
-from ortlab.engine import InferenceSession, KernelDef, SessionOptions, views
+from ortlab.engine import InferenceSession, KernelDef, SessionOptions
+from ortlab.walkthroughs import execution_providers as views
 
 TRITON = ["TritonExecutionProvider"]
 CPU, DEVICE = "CPUExecutionProvider", "TritonExecutionProvider"

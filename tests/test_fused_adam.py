@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ortlab.errors import OrtlabError
-from ortlab.training import fused_adam as fa
+from ortlab.ortmodule import fused_adam as fa
 
 pytest.importorskip("onnxruntime.training")
 

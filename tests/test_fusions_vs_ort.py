@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ortlab import session
 from ortlab.onnx_defs import MS_DOMAIN, make_model
 from ortlab.transformers import GraphTransformerManager, optimize
-from ortlab.transformers import examples as ex
+from ortlab.walkthroughs import graph_transformers as ex
 
 CPU = ["CPUExecutionProvider"]
 F = TensorProto.FLOAT

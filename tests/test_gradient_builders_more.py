@@ -1,6 +1,6 @@
 """The builders ortlab added after the first set (GatherElements, Expand, Abs, Clip, Max/Min,
 LeakyRelu, Tile, Conv, pools): ortlab's gradient graph, run in ORT and in ortlab's reference
-kernels (onnx.reference plus ortlab.transformers.contrib_ops), against torch autograd, central
+kernels (onnx.reference plus ortlab.ops.contrib_ops), against torch autograd, central
 differences, and ORT's own C++ builder's graph run in ORT."""
 import numpy as np
 import pytest
@@ -11,8 +11,8 @@ import ortcheck
 from gradient_cases import Case
 from ortlab import OrtlabError
 from ortlab.gradients import build_gradient_graph, check_gradient, ort_gradient_graph
-from ortlab.gradients.compare import gradient_nodes
-from ortlab.transformers.contrib_ops import reference_run
+from ortlab.walkthroughs.per_op_gradients import gradient_nodes
+from ortlab.ops.contrib_ops import reference_run
 
 rng = np.random.default_rng(11)
 

@@ -4,7 +4,8 @@ import numpy as np
 from onnx import numpy_helper
 
 from ortlab.gradients import build_gradient_graph, ort_gradient_graph
-from ortlab.gradients.compare import count_by_type, gradient_nodes, op_model, ort_verdict, side_by_side, value_table
+from ortlab.walkthroughs.per_op_gradients import (count_by_type, gradient_nodes, op_model, ort_verdict, side_by_side,
+                                                  value_table)
 
 rng = np.random.default_rng(0)
 

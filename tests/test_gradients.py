@@ -11,7 +11,7 @@ from gradient_cases import CASES
 from ortlab import OrtlabError, models
 from ortlab.gradients import (GRADIENT_BUILDERS, GradientGraphError, UnknownGradientError,
                               build_gradient_graph, check_gradient, ort_gradient_graph)
-from ortlab.gradients.compare import gradient_nodes
+from ortlab.walkthroughs.per_op_gradients import gradient_nodes
 
 # ORT 1.19.2's C++ builder cannot build these: it has no Sum or Softsign builder, and it seeds
 # the loss gradient as float32, so a double loss (after Cast to double) fails its type check.

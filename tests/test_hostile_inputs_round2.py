@@ -20,7 +20,7 @@ from ortlab.errors import OrtlabError
 from ortlab.memory import BFCArena, CachingAllocator, greedy_by_size, plan, validate
 from ortlab.onnx_defs import make_model, one_node_model
 from ortlab.training import LAMB, SGD, Adam, AdamW, train
-from ortlab.training import fused_adam as fa
+from ortlab.ortmodule import fused_adam as fa
 from ortlab.training import tensorboard
 from ortlab.training.loop import curve_shape
 
@@ -331,7 +331,7 @@ def test_train_explains_its_arguments(change, words):
 
 
 def test_build_extension_refuses_what_no_compiler_could_build_before_compiling(monkeypatch):
-    from ortlab.kernels import cpp_extension as cpp
+    from ortlab.engine import cpp_extension as cpp
 
     def no_compiler():
         raise AssertionError("a compiler was started")
@@ -406,7 +406,7 @@ def test_more_training_arguments_are_explained(call, words):
 
 
 def test_the_cpp_sgd_step_refuses_a_nan_rate_before_building(monkeypatch):
-    from ortlab.kernels import cpp_extension as cpp
+    from ortlab.engine import cpp_extension as cpp
 
     monkeypatch.setattr(cpp, "build", lambda: (_ for _ in ()).throw(AssertionError("built")))
     w = np.ones(3, np.float32)
@@ -433,7 +433,7 @@ def test_outputs_a_node_also_read_come_back_writable_as_orts_do():
 def test_a_kernel_reads_the_very_array_its_producer_wrote():
     """Inputs are const without a copy: the next node's ctx.input is the array the producer wrote into its
     slot (what L2_01's frame walk shows), made read-only; the caller gets the outputs writable."""
-    from ortlab.engine import plan_views
+    from ortlab.walkthroughs import execution_engine as plan_views
 
     seen = {}
 

@@ -6,7 +6,8 @@ import torch
 
 import ortlab.kernels as K
 from ortlab.env import kernel_device
-from ortlab.kernels import bench, optimization as opt, roofline
+from ortlab.benchmarks import kernels as bench
+from ortlab.kernels import optimization as opt, roofline
 from ortlab.kernels.ops.layer_norm import LayerNormalization
 from ortlab.kernels.ops.softmax import row_softmax
 

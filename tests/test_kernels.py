@@ -288,9 +288,9 @@ def test_the_numpy_side_loads_without_torch_or_triton_and_the_api_on_first_use()
     import subprocess
     import sys
 
-    code = ("import sys, ortlab.kernels, ortlab.transformers.contrib_ops\n"
+    code = ("import sys, ortlab.kernels, ortlab.ops.contrib_ops\n"
             "print(sorted(m for m in ('torch', 'triton', 'ortlab.env') if m in sys.modules))\n"
-            "from ortlab.kernels import programs\n"
+            "from ortlab.walkthroughs import cuda_programming as programs\n"
             "from ortlab.kernels import launch, registered\n"
             "print(callable(launch), len(registered()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

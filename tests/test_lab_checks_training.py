@@ -115,7 +115,7 @@ def test_lab08_training_step(capsys, step, words):
 def _train(wrap, steps, lr=1e-2):
     import torch
 
-    from ortlab.training import ortmodule as om
+    from ortlab.ortmodule import driver as om
 
     with om.captured_logs():
         model = wrap(lab08.tiny_gpt())
@@ -141,7 +141,7 @@ def test_lab08_parity(capsys):
     def curves(steps, lr=0.05, ort_lr=0.05):
         import torch
 
-        from ortlab.training import ortmodule as om
+        from ortlab.ortmodule import driver as om
 
         out = []
         for wrap, rate in ((ORTModule, ort_lr), (lambda m: m, lr)):

@@ -20,6 +20,7 @@ from ortlab import models, session
 from ortlab.capture import captured_lines
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
+from ortlab.engine import cpu_execution_provider
 from ortlab.memory import BFCArena, PlanValidationError, ValuePlan, plan, session_graph, validate
 from ortlab.memory.allocation_planner import K_ALLOCATE, K_ALLOCATE_OUTPUT, K_PRE_EXISTING, K_REUSE
 from ortlab.memory.bfc_arena import K_SAME_AS_REQUESTED, NUM_BINS, bin_num_for_size, bin_num_to_size
@@ -111,7 +112,7 @@ def test_block_equals_orts_on_random_dags(seed):
     """The same fidelity on random DAGs (shapes, element sizes, in-place ops, Cast pairs and fan-out vary
     with the seed): ORT's first arena request, both orders, reuse on and off; and the engine's block."""
     from ortlab.engine import InferenceSession, SessionOptions
-    from ortlab.memory.views import random_dag
+    from ortlab.walkthroughs.memory import random_dag
 
     model, feeds = random_dag(seed, nodes=12 + seed % 10)
     shared = session_graph(model)
@@ -175,7 +176,7 @@ def test_duplicate_casts_are_removed_as_orts_transform_does_at_every_level(case,
 def test_the_plan_of_a_small_graph_reads_as_orts_rules():
     """In-place reuse at last use only (MayInplace), aliasing (Reshape), the freelist by shape and
     element size (that a dead [B, A] buffer is not taken by an [A, B] value is shown on
-    ortlab.memory.views.rules_model, tests/test_memory_views.py), graph outputs never reused; ORT's
+    ortlab.walkthroughs.memory.rules_model, tests/test_memory_views.py), graph outputs never reused; ORT's
     block for the same graph is the plan's."""
     a, b = 512, 1024
     f = TensorProto.FLOAT
@@ -320,7 +321,7 @@ def test_engine_declarations_give_orts_block(name, graph, batch):
     """Reading Alias/MayInplace through ortlab.engine's CPU EP instead of ORT's table gives ORT's block."""
     model, feeds = model_and_feeds(name, graph, batch)
     want, _ = ort_block_and_unresolved(model, feeds, "default", True)
-    assert plan(model, feeds, declarations="engine").peak_bytes == want
+    assert plan(model, feeds, declarations=cpu_execution_provider.declaration).peak_bytes == want
 
 
 def if_model():

@@ -1,4 +1,4 @@
-"""ortlab.training.memory_optimizer against ORT 1.19.2 itself.
+"""ortlab.walkthroughs.memory_recompute against ORT 1.19.2 itself.
 
 The recompute graph is ORT's: its MemoryOptimizer transformer (memory_optimizer.cc) makes it, on the plans
 its own probe (TrainingAgent.get_serialized_ortmodule_memory_stat) proposes. The references are ORT's
@@ -12,8 +12,8 @@ import pytest
 
 from ortlab import session
 from ortlab.memory import plan
-from ortlab.memory.views import training_step
-from ortlab.training import memory_optimizer as mo
+from ortlab.walkthroughs.memory import training_step
+from ortlab.walkthroughs import memory_recompute as mo
 
 BATCH = 32  # the blocks exceed the arena's first 1 MiB region, so ORT logs them
 
@@ -163,7 +163,7 @@ def test_two_dropouts_whose_masks_nobody_reads():
 
 
 def test_a_block_inside_the_arenas_first_region_is_reported_as_not_logged():
-    from ortlab.training.memory_optimizer import FIRST_REGION, _ort_cells
+    from ortlab.walkthroughs.memory_recompute import FIRST_REGION, _ort_cells
 
     assert _ort_cells(None, 5 * FIRST_REGION) == ["not logged", "(fits the first 1 MiB region)"]
     assert _ort_cells(1024, FIRST_REGION // 2)[0] == "not logged"  # a later, unrelated extension: not the block

@@ -1,11 +1,11 @@
-"""ortlab.memory.views against hand-derived answers (ORT 1.19.2's planner rules worked by hand on a
+"""ortlab.walkthroughs.memory against hand-derived answers (ORT 1.19.2's planner rules worked by hand on a
 small graph, arithmetic on the arena) and against ORT's own log."""
 import numpy as np
 import pytest
 
 from ortlab import session
 from ortlab.memory import BFCArena, plan
-from ortlab.memory import views as mv
+from ortlab.walkthroughs import memory as mv
 
 KIB, MIB = 1 << 10, 1 << 20
 

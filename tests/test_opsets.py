@@ -21,10 +21,10 @@ from gradient_cases import CASES as GRADIENT_CASES
 from gradient_cases import Case, const, x
 from ortlab import OrtlabError, models, session
 from ortlab.gradients import build_gradient_graph, ort_gradient_graph
-from ortlab.transformers import compare
-from ortlab.transformers import examples as ex
+from ortlab.walkthroughs import graph_transformers as compare
+from ortlab.walkthroughs import graph_transformers as ex
 from ortlab.transformers import optimize, optimize_for_training
-from ortlab.transformers.contrib_ops import reference_run
+from ortlab.ops.contrib_ops import reference_run
 from test_gradients import ORT_LACKS, ORT_WRONG
 
 OPSETS = [14, 15, 16, 17]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ortlab.errors import OrtlabError
-from ortlab.training import ort_triton as ot
+from ortlab.ortmodule import triton_codegen as ot
 
 pytest.importorskip("onnxruntime.training")
 pytest.importorskip("triton")

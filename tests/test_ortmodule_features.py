@@ -1,4 +1,4 @@
-"""ortlab.training.ortmodule_features: ORTModule's features 1-6 against ORT 1.19.2's own graph dumps
+"""ortlab.walkthroughs.ortmodule_optimizations: ORTModule's features 1-6 against ORT 1.19.2's own graph dumps
 and PyTorch's losses, the ORT bugs the helpers pin, and bad input.
 
 One ORTModule comparison per feature (module-scoped fixtures), many small asserts over each. The
@@ -14,9 +14,9 @@ import torch
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
 from ortlab.models import TinyBert, TinyGPT, WithLossModule, get
-from ortlab.training import feature_models as fm
-from ortlab.training import ortmodule_features as of
-from ortlab.training.ortmodule import op_counts, train
+from ortlab.walkthroughs import ortmodule_feature_models as fm
+from ortlab.walkthroughs import ortmodule_optimizations as of
+from ortlab.ortmodule.driver import op_counts, train
 
 TOL = 1e-5
 

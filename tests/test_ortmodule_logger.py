@@ -3,7 +3,7 @@ against ORT 1.19.2's own options and logger (one 2-rank launch)."""
 import pytest
 
 from ortlab.errors import OrtlabError
-from ortlab.training import logger as lg
+from ortlab.ortmodule import logger as lg
 
 pytest.importorskip("onnxruntime.training")
 

@@ -2,8 +2,8 @@
 import copy
 
 from ortlab import models
-from ortlab.training import ortmodule as om
-from ortlab.training.ortmodule import OrtModuleRun
+from ortlab.ortmodule import driver as om
+from ortlab.ortmodule.driver import OrtModuleRun
 
 
 def _run(log):

@@ -7,7 +7,7 @@ import torch
 import ortcheck
 from ortlab import models
 from ortlab.gradients import build_gradient_graph, ort_gradient_graph
-from ortlab.transformers import examples as ex
+from ortlab.walkthroughs import graph_transformers as ex
 from ortlab.transformers import optimize_for_training, ort_pre_training_table
 
 

@@ -1,4 +1,4 @@
-"""ortlab.training.pybind_views: the trace of calls into onnxruntime's Python layer and pybind11 module
+"""ortlab.walkthroughs.pybind: the trace of calls into onnxruntime's Python layer and pybind11 module
 (checked against ORT 1.19.2's own Python source), the layer table, the training views against torch
 and the C++ extension's views against ORT's GeluGrad.
 
@@ -17,7 +17,7 @@ from onnx import TensorProto
 from ortlab import models
 from ortlab.env import quiet_import
 from ortlab.onnx_defs import one_node_model
-from ortlab.training import pybind_views as pbv
+from ortlab.walkthroughs import pybind as pbv
 
 ort = quiet_import("onnxruntime")
 C = quiet_import("onnxruntime.capi._pybind_state")
@@ -127,7 +127,7 @@ def test_pybind_methods_cover_what_the_python_session_calls_on_sess():
 
 # --- the training classes --------------------------------------------------------------------------------
 def test_gradient_table_is_within_the_bound_for_the_training_agent_and_shows_a_gap_over_it():
-    from ortlab.training.training_agent import ModuleTrainingAgent, torch_gradients
+    from ortlab.ortmodule.training_agent import ModuleTrainingAgent, torch_gradients
 
     mlp = models.get("mlp", dropout=0.0)
     x, labels = mlp.example_inputs()
@@ -146,7 +146,7 @@ def test_gradient_table_is_within_the_bound_for_the_training_agent_and_shows_a_g
 
 
 def test_memory_pattern_table_shows_the_loss_overwritten_only_with_the_pattern_on():
-    from ortlab.training.training_agent import torch_gradients
+    from ortlab.ortmodule.training_agent import torch_gradients
 
     mlp = models.get("mlp", dropout=0.0)
     x, labels = mlp.example_inputs()
@@ -161,7 +161,7 @@ def test_memory_pattern_table_shows_the_loss_overwritten_only_with_the_pattern_o
 # --- the C++ extension ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ext():
-    from ortlab.kernels import cpp_extension as cpp
+    from ortlab.engine import cpp_extension as cpp
 
     return cpp.build()
 
@@ -177,13 +177,13 @@ def test_zero_copy_table_compares_the_addresses_python_and_cpp_see(ext):
     tensor = torch.from_numpy(array[8:])  # a view: its own address, 32 bytes further
     table = pbv.zero_copy_table(array=array, tensor=tensor)
     assert table.rows == [("array", "numpy", "ctypes.data", True), ("tensor", "torch", "data_ptr()", True)]
-    from ortlab.kernels import cpp_extension as cpp
+    from ortlab.engine import cpp_extension as cpp
 
     assert cpp.data_pointer(tensor) - cpp.data_pointer(array) == 32
 
 
 def test_refusal_shows_the_error_a_learner_meets_and_refuses_a_call_that_works(ext):
-    from ortlab.kernels import cpp_extension as cpp
+    from ortlab.engine import cpp_extension as cpp
 
     x = np.ones(4, np.float32)
     message = pbv.refusal(cpp.gelu_grad, x, x.astype(np.float64))

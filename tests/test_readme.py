@@ -34,7 +34,7 @@ EXAMPLE_CHECKS = {
     "gradient": """
 import numpy as np
 from ortlab.gradients import check_gradient
-from ortlab.gradients.compare import op_model
+from ortlab.walkthroughs.per_op_gradients import op_model
 case = op_model("Sinh", {"X": np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)})
 assert check_gradient(case.model, case.x_names, case.loss, case.feeds).passed
 """,

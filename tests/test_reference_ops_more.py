@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 
 from ortlab import session
 from ortlab.onnx_defs import MS_DOMAIN, make_model, one_node_model
-from ortlab.transformers.contrib_ops import ContribOpError, reference_run
+from ortlab.ops.contrib_ops import ContribOpError, reference_run
 
 rng = np.random.default_rng(11)
 

@@ -127,7 +127,7 @@ def test_every_registered_transformer_rule_and_doctor_check_is_named_by_a_test()
 
 
 def test_every_reference_op_is_named_by_a_test():
-    from ortlab.transformers.contrib_ops import CONTRIB_OPS
+    from ortlab.ops.contrib_ops import CONTRIB_OPS
 
     assert len(CONTRIB_OPS) >= 6 and not _untested(op for op, _ in CONTRIB_OPS), "reference ops with no test"
 
@@ -143,7 +143,7 @@ def test_the_kernels_registry_and_bench_need_neither_onnx_nor_onnxruntime():
     import subprocess
     import sys
 
-    code = ("import sys, ortlab.kernels.bench; from ortlab.kernels import KERNELS; assert len(KERNELS) > 0; "
+    code = ("import sys, ortlab.benchmarks.kernels; from ortlab.kernels import KERNELS; assert len(KERNELS) > 0; "
             "print(sorted(m for m in ('onnx', 'onnxruntime') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

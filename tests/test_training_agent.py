@@ -1,10 +1,10 @@
-"""ortlab.training.training_agent: ORTModule one layer down (OrtModuleGraphBuilder and TrainingAgent
+"""ortlab.ortmodule.training_agent: ORTModule one layer down (OrtModuleGraphBuilder and TrainingAgent
 called directly), its gradients checked against torch autograd on the zoo's MLP and TinyGPT."""
 import pytest
 import torch
 
 from ortlab import models
-from ortlab.training.training_agent import (ModuleTrainingAgent, TrainingAgentError, _ortvalues, build_graphs,
+from ortlab.ortmodule.training_agent import (ModuleTrainingAgent, TrainingAgentError, _ortvalues, build_graphs,
                                             session_options, torch_gradients)
 
 

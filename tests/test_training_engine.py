@@ -11,7 +11,7 @@ import torch
 
 from ortlab import models
 from ortlab.training import SGD, MiniORTModule, MiniORTModuleError, train
-from ortlab.training import ortmodule as om
+from ortlab.ortmodule import driver as om
 
 STEPS, LR = 50, 0.05
 

@@ -14,9 +14,9 @@ import torch.nn.functional as F
 
 from ortlab.errors import OrtlabError
 from ortlab.training import MiniORTModule, SchemaError
-from ortlab.training import ortmodule as om
+from ortlab.ortmodule import driver as om
 from ortlab.training.graph_transition_manager import StateUpdateError
-from ortlab.training.training_agent import ModuleTrainingAgent, torch_gradients
+from ortlab.ortmodule.training_agent import ModuleTrainingAgent, torch_gradients
 
 CONFIGS = {"ort": dict(gradient_builder="ort"),
            "ortlab": dict(gradient_builder="ortlab", runtime="ortlab")}

@@ -1,4 +1,4 @@
-"""The real ORTModule driven by ortlab.training.ortmodule: dumps, variables, logs, fallback, and
+"""The real ORTModule driven by ortlab.ortmodule.driver: dumps, variables, logs, fallback, and
 ORT 1.19.2's crash with the compute optimizer off. Parity is against plain PyTorch runs.
 
 (Named to run after test_stack: ORTModule registers export symbolics process-wide.)
@@ -11,7 +11,7 @@ import torch
 
 from ortlab import models
 from ortlab.training import MiniORTModule
-from ortlab.training import ortmodule as om
+from ortlab.ortmodule import driver as om
 
 
 def _torch_losses(module, batches, steps, lr=0.05):

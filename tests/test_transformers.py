@@ -11,9 +11,9 @@ import pytest
 import ortcheck
 from ortlab import models, session
 from ortlab.errors import OrtlabError
-from ortlab.transformers import examples as ex
+from ortlab.walkthroughs import graph_transformers as ex
 from ortlab.transformers import optimize
-from ortlab.transformers.contrib_ops import reference_run
+from ortlab.ops.contrib_ops import reference_run
 
 CPU = ["CPUExecutionProvider"]
 LEVEL = {1: "basic", 2: "extended"}

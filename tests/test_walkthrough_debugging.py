@@ -9,9 +9,9 @@ from ortlab.walkthroughs import debugging_knowhows as dk
 
 @pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed (.ci/run installs it)")
 def test_gdb_stops_the_orphaned_binding_crash_inside_orts_pybind_module():
-    from ortlab.engine import binding_views as bv
+    from ortlab.walkthroughs import iobinding_dlpack as bv
 
-    script = ("import numpy as np, onnxruntime as ort\nfrom ortlab.engine.binding_views import mlp_model\n"
+    script = ("import numpy as np, onnxruntime as ort\nfrom ortlab.walkthroughs.iobinding_dlpack import mlp_model\n"
               "MODEL = mlp_model().SerializeToString()\n" + bv.ORT_BUGS["orphaned binding"])
     trace = dk.gdb_backtrace(script)
     assert trace.signal == "SIGSEGV"

@@ -226,7 +226,7 @@ def _check_importable(fn):
             f"{name} is defined in __main__ (a notebook cell, python -c or the REPL): each rank is a new "
             f"process started with the spawn method, which finds fn by its module and name, and a new "
             f"process cannot import a notebook's cells. Put {name} in a module (a .py file next to the "
-            f"notebook or in a package, e.g. ortlab/distributed/examples.py) and import it from there")
+            f"notebook or in a package, e.g. ortlab/walkthroughs/distributed_training.py) and import it from there")
     try:
         pickle.dumps(fn)
     except Exception as exc:

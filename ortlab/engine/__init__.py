@@ -11,22 +11,39 @@ Files are named after ORT's: inference_session, session_state, execution_frame,
 sequential_executor, io_binding, kernel_registry, kernel_def, op_kernel, execution_provider,
 graph_partitioner, transformer_memcpy, cpu_execution_provider, triton_execution_provider,
 memory_pattern (with enable_mem_pattern, ortlab.memory's plan places each tensor in one block).
-"""
-from ortlab.engine.errors import EngineError, InvalidArgument, InvalidGraph, KernelFailure, NotImplementedKernel
-from ortlab.engine.kernel_def import KernelDef
-from ortlab.engine.op_kernel import OpKernel, OpKernelContext
-from ortlab.engine.kernel_registry import KERNEL_REGISTRIES, kernel_registry, register_op_kernel, unregister_op_kernel
-from ortlab.engine.execution_provider import (EXECUTION_PROVIDERS, ExecutionProvider, OrtDevice,
-                                              register_execution_provider)
-from ortlab.engine.cpu_execution_provider import CPUExecutionProvider
-from ortlab.engine import ort_cpu_kernels  # noqa: F401,E402 (they register)
-from ortlab.engine.triton_execution_provider import TritonExecutionProvider
-from ortlab.engine.options import RunOptions, SessionOptions
-from ortlab.engine.inference_session import InferenceSession
-from ortlab.engine.io_binding import IOBinding
+KernelDef itself lives in ortlab.ops.kernel_def (the planner reads the same one).
 
-__all__ = ["CPUExecutionProvider", "EXECUTION_PROVIDERS", "EngineError", "ExecutionProvider", "InferenceSession",
-           "IOBinding", "InvalidArgument", "InvalidGraph", "KERNEL_REGISTRIES", "KernelDef", "KernelFailure",
-           "NotImplementedKernel", "OpKernel", "OpKernelContext", "OrtDevice", "RunOptions", "SessionOptions",
-           "TritonExecutionProvider", "kernel_registry", "register_execution_provider", "register_op_kernel",
-           "unregister_op_kernel"]
+The names below are imported on first use: `import ortlab.engine.sequential_executor` loads the
+executor and what it needs, not the session with its graph optimizer. inference_session imports
+the EPs and ORT's CPU kernels, so a session always has them registered.
+"""
+import importlib
+
+_HOMES = {
+    "EngineError": "errors", "InvalidArgument": "errors", "InvalidGraph": "errors", "KernelFailure": "errors",
+    "NotImplementedKernel": "errors", "OpKernel": "op_kernel", "OpKernelContext": "op_kernel",
+    "KERNEL_REGISTRIES": "kernel_registry", "kernel_registry": "kernel_registry",
+    "register_op_kernel": "kernel_registry", "unregister_op_kernel": "kernel_registry",
+    "EXECUTION_PROVIDERS": "execution_provider", "ExecutionProvider": "execution_provider",
+    "OrtDevice": "execution_provider", "register_execution_provider": "execution_provider",
+    "CPUExecutionProvider": "cpu_execution_provider", "TritonExecutionProvider": "triton_execution_provider",
+    "RunOptions": "options", "SessionOptions": "options", "InferenceSession": "inference_session",
+    "IOBinding": "io_binding",
+}
+__all__ = sorted([*_HOMES, "KernelDef"])
+
+
+def __getattr__(name):
+    """`ortlab.engine.InferenceSession` and the other public names, imported from their modules on first use."""
+    if name == "KernelDef":
+        from ortlab.ops.kernel_def import KernelDef
+        return KernelDef
+    if name not in _HOMES:
+        raise AttributeError(f"module 'ortlab.engine' has no attribute {name!r}")
+    for public, home in _HOMES.items():
+        globals()[public] = getattr(importlib.import_module(f"{__name__}.{home}"), public)
+    return globals()[name]
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOMES) | {"KernelDef"})

@@ -4,22 +4,24 @@ through ortlab's one numpy reference per op, and explicit kernels where ORT diff
 Mirrors onnxruntime/core/providers/cpu/cpu_execution_provider.cc (the CPU EP's kernel
 registrations). A kernel registered with `@register_op_kernel(..., provider="CPUExecutionProvider")`
 wins; otherwise the EP creates a ReferenceKernel around the op's onnx.reference implementation
-(ortlab.transformers.contrib_ops.CONTRIB_OPS for ORT's own ops). onnx.reference is not ORT: where
+(ortlab.ops.contrib_ops.CONTRIB_OPS for ORT's own ops). onnx.reference is not ORT: where
 the two compute differently, ortlab.engine.ort_cpu_kernels registers ORT's behaviour explicitly.
 """
+import dataclasses
+
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun, RuntimeContextError
 
 from ortlab.engine.execution_provider import ExecutionProvider, OrtDevice, register_execution_provider
-from ortlab.engine.kernel_def import KernelDef
+from ortlab.ops.kernel_def import KernelDef
 from ortlab.engine.kernel_registry import CPU, KernelCreateInfo
 from ortlab.engine.op_kernel import OpKernel
-from ortlab.memory.kernel_declarations import ORT_CPU_KERNEL_DECLARATIONS, ort_declaration
+from ortlab.ops.kernel_declarations import ORT_CPU_KERNEL_DECLARATIONS, ort_declaration
 from ortlab.memory.ort_graph import FUNCTION_BODIES
 from ortlab.onnx_defs import DEFAULT_OPSET, op_key
 
 # What ORT's CPU kernels declare beyond types (Alias, MayInplace), by op and opset: one table, ORT's,
-# shared with the allocation planner (ortlab.memory.kernel_declarations, which names the ORT files).
+# shared with the allocation planner (ortlab.ops.kernel_declarations, which names the ORT files).
 # ORT_CPU_DECLARATIONS is that table at the default opset, for display.
 ORT_CPU_DECLARATIONS = {op: decl for (domain, op), ranges in ORT_CPU_KERNEL_DECLARATIONS.items() if domain == ""
                         for first, last, decl in ranges
@@ -28,7 +30,7 @@ ORT_CPU_DECLARATIONS = {op: decl for (domain, op), ranges in ORT_CPU_KERNEL_DECL
 
 def _run_params(opsets):
     """What onnx.reference gives an OpRun when it creates one (ReferenceEvaluator._init)."""
-    from ortlab.transformers.contrib_ops import CONTRIB_OPS
+    from ortlab.ops.contrib_ops import CONTRIB_OPS
 
     return {"log": lambda *args: None, "opsets": opsets, "verbose": 0,
             "new_ops": {(cls.op_domain, name): cls for (name, _), cls in CONTRIB_OPS.items()},
@@ -38,7 +40,7 @@ def _run_params(opsets):
 def reference_op_class(node, opsets, input_types=None):
     """The OpRun class onnx.reference would run for `node`, or None when it has none."""
     from onnx.reference.ops import load_op
-    from ortlab.transformers.contrib_ops import CONTRIB_OPS
+    from ortlab.ops.contrib_ops import CONTRIB_OPS
 
     found = CONTRIB_OPS.get(op_key(node.op_type, node.domain))
     if found is not None:
@@ -104,7 +106,14 @@ class CPUExecutionProvider(ExecutionProvider):
         op_class = reference_op_class(node, dict(node.graph.opset_imports))
         if op_class is None:
             return None, "neither a registered kernel nor an onnx.reference implementation"
-        declared = ort_declaration(node)
-        kernel_def = KernelDef(node.op_type, node.domain, CPU, alias=declared.alias,
-                               variadic_alias=declared.variadic_alias, may_inplace=declared.may_inplace)
+        kernel_def = dataclasses.replace(ort_declaration(node), provider=CPU)
         return KernelCreateInfo(kernel_def, ReferenceKernel), None
+
+
+def declaration(node):
+    """The KernelDef ortlab's CPU EP gives `node`, for the allocation planner (`plan(..., declarations=
+    declaration)`): what the engine would run, where ortlab.ops.kernel_declarations is ORT's table."""
+    dtypes = tuple(node.graph.node_arg(a.name).dtype if a.exists() and node.graph.node_arg(a.name) else None
+                   for a in node.inputs)
+    found, _ = CPUExecutionProvider().find_kernel(node, dtypes)
+    return KernelDef(node.op_type, node.domain) if found is None else found.kernel_def

@@ -19,6 +19,9 @@ import onnx
 from onnx import helper
 
 from ortlab.engine.errors import InvalidArgument, InvalidGraph, NotImplementedKernel
+import ortlab.engine.cpu_execution_provider  # noqa: F401 (registers the CPU EP)
+import ortlab.engine.ort_cpu_kernels  # noqa: F401 (registers ORT's CPU kernels where onnx.reference differs)
+import ortlab.engine.triton_execution_provider  # noqa: F401 (registers the Triton EP)
 from ortlab.engine.execution_frame import ExecutionFrame, data_ptr
 from ortlab.engine.execution_provider import EXECUTION_PROVIDERS, ExecutionProvider
 from ortlab.engine.graph_partitioner import input_dtypes, partition

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ortlab.engine.errors import EngineError
-from ortlab.engine.kernel_def import KernelDef
+from ortlab.ops.kernel_def import KernelDef
 from ortlab.engine.op_kernel import FunctionKernel, OpKernel
 from ortlab.onnx_defs import op_key
 from ortlab.registry import Registry

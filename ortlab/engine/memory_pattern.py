@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from ortlab.errors import OrtlabError
+from ortlab.ops.kernel_def import KernelDef
 
 ALIGNMENT = 256  # kAllocAlignment: planned sizes are rounded up to it
 
@@ -49,17 +50,12 @@ class MemoryPattern:
 
 
 def _declarations(state):
-    """node -> Declaration from the kernels the session really created (ORT's planner reads the chosen
+    """node -> KernelDef of the kernel the session really created (ORT's planner reads the chosen
     kernel's KernelDef): a learner's kernel that declares no MayInplace is never run in place."""
-    from ortlab.memory.kernel_declarations import Declaration
-
     by_outputs = {tuple(s.node.output_names): s.kernel.kernel_def for s in state.steps}
 
     def declare(node):
-        kdef = by_outputs.get(tuple(node.output_names))
-        if kdef is None:
-            return Declaration(source="engine (no kernel)")
-        return Declaration(tuple(kdef.alias), kdef.variadic_alias, tuple(kdef.may_inplace), source="engine")
+        return by_outputs.get(tuple(node.output_names)) or KernelDef(node.op_type, node.domain)
     return declare
 
 

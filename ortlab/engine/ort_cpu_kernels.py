@@ -18,7 +18,7 @@ from onnx.reference.ops.op_scatter_elements import scatter_elements
 from ortlab.engine.cpu_execution_provider import ReferenceKernel
 from ortlab.engine.errors import KernelFailure
 from ortlab.engine.kernel_registry import CPU, register_op_kernel
-from ortlab.kernels.ops.reference import label_weights
+from ortlab.ops.reference import label_weights
 
 FNUZ_TYPES = (TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2FNUZ)
 

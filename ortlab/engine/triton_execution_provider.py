@@ -9,7 +9,7 @@ so that partitioning and memcpy insertion behave exactly as on a GPU.
 import numpy as np
 
 from ortlab.engine.execution_provider import ExecutionProvider, OrtDevice, register_execution_provider
-from ortlab.engine.kernel_def import KernelDef
+from ortlab.ops.kernel_def import KernelDef
 from ortlab.engine.kernel_registry import KernelCreateInfo, register_op_kernel
 from ortlab.engine.op_kernel import OpKernel
 

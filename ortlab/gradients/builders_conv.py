@@ -5,7 +5,7 @@ import numpy as np
 
 from ortlab.gradients.builder_base import MS, GradientBuilderError
 from ortlab.gradients.registry import register_gradient
-from ortlab.transformers.contrib_ops import conv_pads
+from ortlab.ops.contrib_ops import conv_pads
 
 
 @register_gradient("Conv")

@@ -3,11 +3,6 @@ orttraining/orttraining/core/graph/gradient_builder.cc; each docstring names wha
 from ortlab.gradients.builder_base import MS, GradientBuilderError
 from ortlab.gradients.registry import register_gradient
 from ortlab.onnx_defs import opset_of
-# ORT's own LayerNormalization schema (ONNX domain, since version 1): below opset 17 a
-# LayerNormalization node resolves to it, in ORT and, once registered, in ortlab's Graph
-from ortlab.transformers.layer_norm_fusion import register_ort_layer_norm_schema
-
-register_ort_layer_norm_schema()
 
 
 def _opset(b):

@@ -19,6 +19,7 @@ from ortlab.ir.errors import (DuplicateProducerError, GraphCycleError, GraphErro
 from ortlab.ir.node import Node
 from ortlab.ir.node_arg import NodeArg, type_of_tensor
 from ortlab.ir import topological_order as orders
+from ortlab.ops import schemas
 from ortlab.onnx_defs import DEFAULT_OPSET, IR_VERSION, ONNX_DOMAIN, domain_of, opset_of
 
 # Domains whose schemas live in ORT's C++ only; onnx.defs cannot check their ops.
@@ -322,8 +323,10 @@ class Graph:
         shape inference (onnx.shape_inference, strict, types checked) verifies and fills in the
         NodeArgs. Raises a GraphError subclass naming the node. ORT's own com.microsoft ops
         (schemas in C++ only) are checked by onnxruntime when a session loads the model.
-        infer_shapes=False skips the inference (and the checks it makes).
+        infer_shapes=False skips the inference (and the checks it makes). ORT's own ONNX-domain
+        schemas (LayerNormalization-1 and the like, ortlab.ops.schemas) are installed first.
         """
+        schemas.install()
         self._check_opsets()
         self._check_graph_inputs()
         for name, found in self._producers.items():

@@ -4,11 +4,12 @@
 interpreter on CPU, compiled on a GPU: ortlab.env chooses); `op_test` compares it with ORT's
 own kernel for the same op. Kernels register themselves with `@register_kernel`.
 
-The op kernels live in ortlab.kernels.ops (one module per op family, and ops/reference.py with
-the numpy maths of every op); the tools stand apart: kernel_def (what a kernel declares),
-registry (KERNELS), executor (launching and running one), op_tester, roofline, bench, optimization, programs;
-cpp_extension builds C++ kernels with pybind11 at run time (import it directly: it loads torch).
-Importing this package loads neither torch nor Triton (ortlab.kernels.ops.reference is plain
+The op kernels live in ortlab.kernels.ops (one module per op family; the numpy maths of every op is
+ortlab.ops.reference); the tools stand apart: kernel_def (what a kernel declares), registry (KERNELS),
+executor (launching and running one), op_tester, roofline, optimization. The GPU check is
+ortlab.benchmarks.kernels.
+
+Importing this package loads neither torch nor Triton (ortlab.ops.reference is plain
 numpy): the names below are imported on first use, together with ortlab.env (which sets
 TRITON_INTERPRET first) and ortlab's own kernels.
 """

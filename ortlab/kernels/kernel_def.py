@@ -113,7 +113,7 @@ class Kernel:
     def example(cls, rng, rows=3, cols=37):
         """Sample inputs and attributes to run the kernel on: ([numpy arrays], {attributes}).
 
-        The tests and `python -m ortlab.kernels.bench` run every registered kernel on its example.
+        The tests and `python -m ortlab.benchmarks.kernels` run every registered kernel on its example.
         This default gives each required input a float32 (rows, cols) array of standard normals
         (optional inputs left out), which fits elementwise and row-wise ops; a kernel whose inputs
         must fit together otherwise overrides it.

@@ -13,7 +13,7 @@ from ortlab.labs.checks import CheckFailed, judge
 from ortlab.labs.remote import learner, probe
 from ortlab.transformers import GeluFusion, GraphTransformer, GraphTransformerManager, RewriteRule
 from ortlab.transformers import RuleBasedGraphTransformer, registry
-from ortlab.transformers import examples as ex
+from ortlab.walkthroughs import graph_transformers as ex
 
 
 def _run(transformers, model, what):

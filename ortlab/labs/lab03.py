@@ -15,7 +15,7 @@ import torch
 
 from ortlab.errors import OrtlabError
 from ortlab.gradients import build_gradient_graph, ort_gradient_graph, register_ort_gradient, using_gradient
-from ortlab.gradients.compare import op_model
+from ortlab.walkthroughs.per_op_gradients import op_model
 from ortlab.labs.checks import judge
 from ortlab.labs.remote import learner, probe
 
@@ -28,7 +28,7 @@ def example_inputs(shapes, seed=0):
 
 
 def one_op_model(op, arrays, seed=0):
-    """Inputs x0, x1, ... -> op -> loss = ReduceSum(Y · R) (ortlab.gradients.compare.op_model)."""
+    """Inputs x0, x1, ... -> op -> loss = ReduceSum(Y · R) (ortlab.walkthroughs.per_op_gradients.op_model)."""
     return op_model(op, {f"x{i}": a for i, a in enumerate(arrays)}, seed=seed + 100)
 
 
@@ -93,7 +93,7 @@ def train_softplus_mlp(use_ort, steps=20, seed=0, lr=0.05):
     from ortlab.capture import os_level_streams
     from ortlab.env import quiet_import, seed_everything
     from ortlab.training import train
-    from ortlab.training.ortmodule import ortmodule_env
+    from ortlab.ortmodule.driver import ortmodule_env
 
     seed_everything(seed)
     model = SoftplusMLP()

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 from ortlab import models, profiling
 from ortlab.labs.checks import judge
 from ortlab.labs.remote import learner, probe
-from ortlab.training import ortmodule as om
+from ortlab.ortmodule import driver as om
 
 
 def profile_ortmodule(layers=2, steps=3, seed=0):

@@ -11,7 +11,7 @@ from ortlab import models
 from ortlab.labs.checks import judge
 from ortlab.labs.remote import learner, probe
 from ortlab.training import progression_batches
-from ortlab.training import ortmodule as om
+from ortlab.ortmodule import driver as om
 
 VOCAB, TARGET, MAX_STEPS = 16, 0.5, 300
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ortlab.labs.checks import CheckFailed, call_learner, judge
 from ortlab.labs.remote import learner, register_tuple
 from ortlab.memory import plan as make_plan
-from ortlab.memory import views
+from ortlab.walkthroughs import memory as views
 from ortlab.memory.planners import Placement
 from ortlab.viz import Table
 

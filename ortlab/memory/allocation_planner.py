@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx import TensorProto, helper
 
-from ortlab.memory.kernel_declarations import DECLARATION_SOURCES
+from ortlab.ops.kernel_declarations import ort_declaration
 
 K_ALLOCATE, K_REUSE, K_PRE_EXISTING = "kAllocate", "kReuse", "kPreExisting"
 K_ALLOCATE_STATICALLY, K_ALLOCATE_OUTPUT = "kAllocateStatically", "kAllocateOutput"
@@ -117,7 +117,7 @@ class PlannerImpl:
     def __init__(self, graph, order, index_of, types, enable_mem_reuse=True, declarations="ort"):
         self.graph, self.order, self.index_of, self.types = graph, order, index_of, types
         self.enable_mem_reuse = enable_mem_reuse
-        self.declare = declarations if callable(declarations) else DECLARATION_SOURCES[declarations]
+        self.declare = declarations if callable(declarations) else ort_declaration
         names = sorted(index_of, key=index_of.get)
         self.values = [AllocPlanPerValue(i, n) for i, n in enumerate(names)]
         self.buffer = list(range(len(names)))   # reused_buffer_index: initially its own

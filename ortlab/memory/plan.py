@@ -281,8 +281,8 @@ def plan(model, input_shapes, order="default", enable_mem_reuse=True, declaratio
     keeping when planning one model several ways);
     order: 'default' or 'priority' (SessionOptions.execution_order); enable_mem_reuse:
     SessionOptions.enable_mem_reuse (the freelist; in-place reuse stays on either way, as in ORT);
-    declarations: 'ort' (ORT's CPU kernels' Alias/MayInplace, ortlab.memory.kernel_declarations),
-    'engine' (ortlab.engine's CPU EP), or a function node -> Declaration (a session's own kernels).
+    declarations: 'ort' (ORT's CPU kernels' Alias/MayInplace, ortlab.ops.kernel_declarations), or a
+    function node -> KernelDef (e.g. ortlab.engine's CPU EP, `cpu_execution_provider.declaration`).
     Returns a Plan.
     """
     if order not in ORDERS:
@@ -292,9 +292,9 @@ def plan(model, input_shapes, order="default", enable_mem_reuse=True, declaratio
         raise PlanError(f"enable_mem_reuse takes True or False (SessionOptions.enable_mem_reuse), not "
                         f"{enable_mem_reuse!r}: a str such as 'no' would count as True")
     enable_mem_reuse = bool(enable_mem_reuse)
-    if not callable(declarations) and declarations not in ("ort", "engine"):
-        raise PlanError(f"declarations must be 'ort', 'engine' or a function node -> Declaration, "
-                        f"not {declarations!r}")
+    if not callable(declarations) and declarations != "ort":
+        raise PlanError(f"declarations must be 'ort' or a function node -> KernelDef (for the engine's CPU EP: "
+                        f"ortlab.engine.cpu_execution_provider.declaration), not {declarations!r}")
     input_shapes = _shapes(input_shapes)  # before any planning: a bad argument fails at once
     graph, types, _ = _session_graph(model)
     nested = [n for n in graph.nodes()

@@ -124,7 +124,7 @@ def peak_by_order(model, input_shapes, orders=ORDERS, enable_mem_reuse=True):
     the lower bound, the tensors in the pattern, the kAllocate values left out of it (their shape is
     known only at run time) and the graph outputs (allocated at run time). Recompute (ORTModule's
     memory optimizer) changes the graph, not the planner: plan the graph ORT's optimizer makes
-    (ortlab.training.memory_optimizer.recompute_graphs; recompute_peaks sets both blocks side by side)."""
+    (ortlab.walkthroughs.memory_recompute.recompute_graphs; recompute_peaks sets both blocks side by side)."""
     shared = _session_graph(model)   # planned once, shared by the orders
     rows = []
     for order in orders:

@@ -92,23 +92,23 @@ def log_run(history, run_dir, lrs=None, replace=True):
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in history):
             raise TensorBoardError("log_run takes a History or a list of losses as Python floats "
                                    "(loss.item()), not tensors or other values")
-        from ortlab.training.loop import History
-
-        history = History(losses=list(history))
-    elif not hasattr(history, "losses"):
+        losses, norms = list(history), []
+    elif hasattr(history, "losses"):
+        losses, norms = history.losses, getattr(history, "grad_norms", [])
+    else:
         raise TensorBoardError(f"log_run takes a History (what train() returns) or a list of losses, "
                                f"not {type(history).__name__}")
     if lrs is not None and (isinstance(lrs, (str, bytes)) or not hasattr(lrs, "__len__")):
         raise TensorBoardError(f"lrs must be a list of learning rates, one per step, not {lrs!r}")
-    if lrs is not None and len(lrs) != len(history.losses):
-        raise TensorBoardError(f"lrs has {len(lrs)} values for {len(history.losses)} steps: "
+    if lrs is not None and len(lrs) != len(losses):
+        raise TensorBoardError(f"lrs has {len(lrs)} values for {len(losses)} steps: "
                                "give one per step")
     writer = open_writer(run_dir, replace=replace)
     try:
-        for step, loss in enumerate(history.losses):
+        for step, loss in enumerate(losses):
             writer.add_scalar(LOSS, loss, step)
-            if step < len(history.grad_norms):
-                writer.add_scalar(GRAD_NORM, history.grad_norms[step], step)
+            if step < len(norms):
+                writer.add_scalar(GRAD_NORM, norms[step], step)
             if lrs is not None:
                 writer.add_scalar(LR, lrs[step], step)
     finally:

@@ -14,55 +14,18 @@ At every opset, as ORT 1.19.2 does: the fused node is LayerNormalization of the 
 domain even when the model imports opset 14, 15 or 16, where ONNX has no such op (ONNX's
 LayerNormalization-17). ORT resolves it there against its own registration, the op's
 earlier life as a contrib op under the ONNX domain (contrib_defs.cc: LayerNormalization,
-kOnnxDomain, since version 1; CPU kernel registered for versions 1 to 16). Importing this
-module registers that schema with onnx.defs too (`register_ort_layer_norm_schema`), so that
-ortlab's Graph.resolve accepts the fused node at those opsets as ORT's Graph::Resolve does.
+kOnnxDomain, since version 1; CPU kernel registered for versions 1 to 16). ortlab.ops.schemas
+holds that schema; ortlab's Graph.resolve installs it, so it accepts the fused node at those
+opsets as ORT's Graph::Resolve does.
 """
 from typing import NamedTuple
 
-from onnx import TensorProto, defs, helper
+from onnx import TensorProto, helper
 
 from ortlab.onnx_defs import opset_of
 from ortlab.transformers import graph_utils as gu
 from ortlab.transformers.pattern import PatternFusion
 from ortlab.transformers.registry import register_transformer
-
-
-def register_ort_layer_norm_schema():
-    """Register ORT's own LayerNormalization schema (default domain, since version 1) with
-    onnx.defs unless one is there; returns the registered or found OpSchema.
-
-    Mirrors the schema ORT declares in onnxruntime/core/graph/contrib_ops/contrib_defs.cc
-    (inputs X, scale, optional B; outputs Y and optional mean and inv_std_var; attributes
-    axis, epsilon, stash_type). It is what a LayerNormalization node resolves to in a model
-    importing ONNX opset 1 to 16; from 17 on, ONNX's own LayerNormalization-17 wins. The
-    schema carries no shape inference (onnx 1.17's Python API cannot attach one), so the fused
-    node's output keeps the type the replaced subgraph's output had, and LayerNormFusion types
-    the saved mean and inverse std itself.
-    """
-    try:
-        return defs.get_schema("LayerNormalization", 1, "")
-    except defs.SchemaError:
-        pass
-    param, opt = defs.OpSchema.FormalParameter, defs.OpSchema.FormalParameterOption.Optional
-    floats = ["tensor(float16)", "tensor(float)", "tensor(double)", "tensor(bfloat16)"]
-    schema = defs.OpSchema(
-        "LayerNormalization", "", 1, "ORT's LayerNormalization (a contrib op under the ONNX domain, "
-        "registered by onnxruntime for opsets before ONNX's LayerNormalization-17)",
-        inputs=[param("X", "T", "input"), param("scale", "T", "scale"), param("B", "T", "bias", param_option=opt)],
-        outputs=[param("Y", "T", "output"), param("mean", "U", "saved mean", param_option=opt),
-                 param("inv_std_var", "U", "saved inverse standard deviation", param_option=opt)],
-        type_constraints=[("T", floats, "float tensors"), ("U", ["tensor(float)", "tensor(bfloat16)"],
-                                                           "mean and inv_std_var")],
-        attributes=[defs.OpSchema.Attribute("axis", helper.make_attribute("axis", -1), "first normalized axis"),
-                    defs.OpSchema.Attribute("epsilon", helper.make_attribute("epsilon", 1e-5), "epsilon"),
-                    defs.OpSchema.Attribute("stash_type", helper.make_attribute("stash_type", TensorProto.FLOAT),
-                                            "element type of mean and inv_std_var")])
-    defs.register_schema(schema)
-    return schema
-
-
-register_ort_layer_norm_schema()
 
 
 def _type_saved_statistics(graph, x, stats):

@@ -8,12 +8,11 @@ CPU/CUDA/ROCm). The pattern, from X (float):
 
 each intermediate read only by the next node, epsilon a constant of X's element type, scale
 1-D of X's last dimension. The fused node is ORT's contrib op registered under the ONNX domain
-(contrib_defs.cc); importing this module registers its schema with onnx.defs, as
-layer_norm_fusion.py does for LayerNormalization, so ortlab's Graph.resolve accepts it.
+(contrib_defs.cc); its schema is in ortlab.ops.schemas, which ortlab's Graph.resolve installs.
 ortlab does not follow ORT into the variants with Cast nodes (float16 models) or with
 Reciprocal and Mul in place of the Div (ORT 1.19.2 does not fuse the latter either).
 """
-from onnx import TensorProto, defs, helper
+from onnx import TensorProto, helper
 
 from ortlab.transformers import graph_utils as gu
 from ortlab.transformers.layer_norm_fusion import _last_axis_reason
@@ -21,34 +20,6 @@ from ortlab.transformers.pattern import Match, PatternFusion
 from ortlab.transformers.registry import register_transformer
 
 CPU_CUDA_ROCM = ("CPUExecutionProvider", "CUDAExecutionProvider", "ROCMExecutionProvider")
-
-
-def register_ort_simplified_layer_norm_schema():
-    """Register ORT's SimplifiedLayerNormalization schema (ONNX domain, version 1) with onnx.defs
-    unless one is there; returns it. Inputs X and scale, outputs Y and the optional inv_std_var,
-    attributes axis, epsilon, stash_type (contrib_defs.cc); no shape inference (see
-    layer_norm_fusion.register_ort_layer_norm_schema)."""
-    try:
-        return defs.get_schema("SimplifiedLayerNormalization", 1, "")
-    except defs.SchemaError:
-        pass
-    param, opt = defs.OpSchema.FormalParameter, defs.OpSchema.FormalParameterOption.Optional
-    floats = ["tensor(float16)", "tensor(float)", "tensor(double)", "tensor(bfloat16)"]
-    schema = defs.OpSchema(
-        "SimplifiedLayerNormalization", "", 1, "ORT's RMSNorm (a contrib op under the ONNX domain)",
-        inputs=[param("X", "T", "input"), param("scale", "V", "scale")],
-        outputs=[param("Y", "V", "output"), param("inv_std_var", "U", "saved inverse RMS", param_option=opt)],
-        type_constraints=[("T", floats, "X"), ("V", floats, "scale and Y"),
-                          ("U", ["tensor(float)", "tensor(double)"], "inv_std_var")],
-        attributes=[defs.OpSchema.Attribute("axis", helper.make_attribute("axis", -1), "first normalized axis"),
-                    defs.OpSchema.Attribute("epsilon", helper.make_attribute("epsilon", 1e-5), "epsilon"),
-                    defs.OpSchema.Attribute("stash_type", helper.make_attribute("stash_type", TensorProto.FLOAT),
-                                            "element type of inv_std_var")])
-    defs.register_schema(schema)
-    return schema
-
-
-register_ort_simplified_layer_norm_schema()
 
 
 @register_transformer(level=2, compatible_eps=CPU_CUDA_ROCM)

@@ -19,8 +19,8 @@ import triton
 from ortlab.onnx_defs import MS_DOMAIN
 from ortlab.kernels.executor import block_size, launch
 from ortlab.kernels.kernel_def import Arg, Kernel
-from ortlab.kernels.ops.reference import bias_softmax_reference
-from ortlab.kernels.ops.rows import flatten_from, normalize_axis
+from ortlab.ops.reference import bias_softmax_reference
+from ortlab.ops.rows import flatten_from, normalize_axis
 from ortlab.kernels.registry import register_kernel
 
 

@@ -19,7 +19,7 @@ import triton.language as tl
 from ortlab.onnx_defs import MS_DOMAIN
 from ortlab.kernels.executor import launch
 from ortlab.kernels.kernel_def import Arg, Kernel
-from ortlab.kernels.ops.reference import draw_seed, dropout_grad_reference, dropout_reference
+from ortlab.ops.reference import draw_seed, dropout_grad_reference, dropout_reference
 from ortlab.kernels.registry import register_kernel
 
 BLOCK = 1024

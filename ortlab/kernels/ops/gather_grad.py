@@ -16,8 +16,8 @@ import triton.language as tl
 from ortlab.onnx_defs import MS_DOMAIN
 from ortlab.kernels.executor import block_size, launch
 from ortlab.kernels.kernel_def import INDEX, Arg, Kernel
-from ortlab.kernels.ops.reference import gather_grad_reference
-from ortlab.kernels.ops.rows import normalize_axis, split_at
+from ortlab.ops.reference import gather_grad_reference
+from ortlab.ops.rows import normalize_axis, split_at
 from ortlab.kernels.registry import register_kernel
 
 MAX_BLOCK = 1024

@@ -14,7 +14,7 @@ import triton.language as tl
 
 from ortlab.kernels.executor import block_size, launch
 from ortlab.kernels.kernel_def import INDEX, Arg, Kernel
-from ortlab.kernels.ops.reference import reduce_sum_reference
+from ortlab.ops.reference import reduce_sum_reference
 from ortlab.kernels.registry import register_kernel
 
 MAX_BLOCK = 1024

@@ -19,9 +19,9 @@ from ortlab.onnx_defs import MS_DOMAIN
 from ortlab.kernels.executor import block_size, launch
 from ortlab.kernels.kernel_def import INDEX, Arg, Kernel
 from ortlab.kernels.ops.reduce_sum import row_sum
-from ortlab.kernels.ops.reference import (softmax_cross_entropy_grad_reference,
+from ortlab.ops.reference import (softmax_cross_entropy_grad_reference,
                                           softmax_cross_entropy_reference)
-from ortlab.kernels.ops.rows import as_rows, from_rows
+from ortlab.ops.rows import as_rows, from_rows
 from ortlab.kernels.registry import register_kernel
 
 REDUCTIONS = ("mean", "sum", "none")

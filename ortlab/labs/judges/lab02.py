@@ -8,7 +8,7 @@ import numpy as np
 
 from ortlab.labs.checks import CheckFailed
 from ortlab.labs.lab02 import bias_gelu_cases, class_facts, noop_cases, optimize_with
-from ortlab.transformers import examples as ex
+from ortlab.walkthroughs import graph_transformers as ex
 
 
 def _outputs_match(model, optimized, what):

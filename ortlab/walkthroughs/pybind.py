@@ -286,7 +286,7 @@ def max_gap(ours, reference):
 def memory_pattern_table(module, *args):
     """The module's first output read right after run_forward and again after run_backward, with
     ORTModule's setting (memory pattern off) and ORT's default (on): rows of plain values."""
-    from ortlab.training.training_agent import ModuleTrainingAgent, session_options, torch_gradients
+    from ortlab.ortmodule.training_agent import ModuleTrainingAgent, session_options, torch_gradients
 
     expected = float(torch_gradients(module, *args)[0][0])
     rows = []
@@ -313,8 +313,8 @@ def gelu_grad_inputs(n=4096, seed=0):
 def gelu_grad_check(n=4096, seed=0, bound=1e-6):
     """The C++ GeluGrad against ortlab's numpy reference (float64) and ORT 1.19.2's CPU kernel: rows
     of max |C++ - other| / max(|dy|, 1), printed against `bound`."""
-    from ortlab.kernels import cpp_extension as cpp
-    from ortlab.kernels.ops.reference import gelu_grad_reference
+    from ortlab.engine import cpp_extension as cpp
+    from ortlab.ops.reference import gelu_grad_reference
     from ortlab.onnx_defs import MS_DOMAIN
     from ortlab.session import run_node
 
@@ -333,7 +333,7 @@ def gelu_grad_check(n=4096, seed=0, bound=1e-6):
 def zero_copy_table(**buffers):
     """For each named numpy array or torch CPU tensor: does the C++ side see the same address as
     Python's own (numpy's ctypes.data, torch's data_ptr())?"""
-    from ortlab.kernels import cpp_extension as cpp
+    from ortlab.engine import cpp_extension as cpp
 
     rows = []
     for name, value in buffers.items():
@@ -381,7 +381,7 @@ def build_failure(source=BROKEN_SOURCE, fresh=False):
     """Build a broken extension and return its BuildFailure. A failing build costs what a good one
     does (g++ parses torch/extension.h before line 1 of the source, ~30-40 s on 2 cores), so its
     message is kept in the build folder and read back next time, unless `fresh`."""
-    from ortlab.kernels import cpp_extension as cpp
+    from ortlab.engine import cpp_extension as cpp
 
     root, key = cpp.cache_root(), cpp.build_key(source, BROKEN_NAME)
     kept = root / key / FAILURE_FILE

@@ -1,7 +1,7 @@
 """The numpy maths of every op ortlab has a kernel for: one definition per op.
 
 Each kernel's `reference` (the Kernel classes of ortlab.kernels.ops) and the onnx.reference ops
-of ortlab.transformers.contrib_ops (every com.microsoft op of ortlab's graphs) call these, so the
+of ortlab.ops.contrib_ops (every com.microsoft op of ortlab's graphs) call these, so the
 maths of an op is written once. Plain numpy: importing this module loads neither torch nor
 Triton. Attributes arrive checked by the kernel or op that calls (axes in range, a known reduction).
 What ORT computes is in the files each kernel mirrors (onnxruntime/contrib_ops/cuda/,
@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ortlab.kernels.ops.rows import flatten_from, split_at, stats_shape
+from ortlab.ops.rows import flatten_from, split_at, stats_shape
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
@@ -157,7 +157,7 @@ def softmax_cross_entropy_grad_reference(dy, log_prob, labels, weights=None, red
 
 
 # -- The training ops ORT runs on CPU (orttraining/orttraining/training_ops/cpu/) --------------
-# What the CPU kernels compute, for ortlab.transformers.contrib_ops; each function names the
+# What the CPU kernels compute, for ortlab.ops.contrib_ops; each function names the
 # kernel file it mirrors. Inputs arrive checked by the op that calls.
 def reduce_to_shape(x, shape):
     """x summed over the axes that broadcasting stretched to get from `shape` to x.shape, in x's

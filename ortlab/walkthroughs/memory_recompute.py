@@ -90,7 +90,7 @@ def with_yield_op(model, grad_inputs):
     produced = {o for n in model.graph.node for o in n.output}
     if any(f not in produced for f in forward):
         raise MemoryOptimizerError(f"the forward outputs {forward} must be values some node of the training "
-                                   "graph produces (ortlab.memory.views.training_step builds such graphs)")
+                                   "graph produces (ortlab.walkthroughs.memory.training_step builds such graphs)")
     result = _copy(model)
     keep_in = [i for i in result.graph.input if i.name not in grad_inputs]
     del result.graph.input[:]
@@ -224,10 +224,10 @@ class RecomputeGraphs:
 
 
 def recompute_graphs(name="gpt", batch=32, seq=16, plans="all", builder="ortlab", probe=PROBE):
-    """RecomputeGraphs of the zoo model's training graph (ortlab.memory.views.training_step): both
+    """RecomputeGraphs of the zoo model's training graph (ortlab.walkthroughs.memory.training_step): both
     graphs come out of ORT's session (same transformers, the memory optimizer's config empty or `plans`);
     plans='all' takes every plan ORT's probe proposes, as ORTMODULE_MEMORY_OPT_LEVEL=1 does."""
-    from ortlab.memory.views import training_step
+    from ortlab.walkthroughs.memory import training_step
 
     for what, value in (("batch", batch), ("seq", seq)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -254,7 +254,7 @@ def ort_block(model, feeds, order="default"):
     """The memory-pattern block ORT 1.19.2 asks its CPU arena for on the model's first run (the first
     "Extending BFCArena ... (requested) num_bytes" line, as tests/test_memory.py reads it), or None when
     the block fits in the arena's first region and nothing is logged."""
-    from ortlab.memory.views import arena_requests, ort_first_run_log
+    from ortlab.walkthroughs.memory import arena_requests, ort_first_run_log
 
     requests = arena_requests(ort_first_run_log(model, feeds, order))
     return requests[0] if requests else None
@@ -356,7 +356,7 @@ def _ortmodule_execution_graph(name, batch, seq, level):
     import torch
 
     from ortlab import models
-    from ortlab.training import ortmodule
+    from ortlab.ortmodule import driver as ortmodule
 
     torch.manual_seed(0)
     module = models.get(name, dropout=0.0)

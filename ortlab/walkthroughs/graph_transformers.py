@@ -1,4 +1,5 @@
-"""Small hand-built models holding one pattern each, in a variant that should fuse and ones that must not.
+"""Small hand-built models holding one pattern each, in a variant that should fuse and ones that must not;
+and ortlab's optimizer next to ORT's on the same model (op counts, outputs), for L1_01.
 
 Used by the notebook, lab02 and the tests; every model is float32 with a fixed seed, and
 `feeds(model)` makes inputs for it. Each builder takes keyword switches that break the
@@ -8,7 +9,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ortlab import session
 from ortlab.onnx_defs import make_model, op_name
+from ortlab.transformers import registry
+from ortlab.transformers.manager import optimize
+from ortlab.viz import Table
 
 F = TensorProto.FLOAT
 
@@ -197,3 +202,36 @@ def op_counts(model):
         key = op_name(n.op_type, n.domain)
         counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+# ortlab's optimizer next to ORT's: ORT's side is the graph an InferenceSession writes to
+# SessionOptions.optimized_model_filepath (onnxruntime/core/session/inference_session.cc, TransformGraph).
+ORT_LEVEL = {1: "basic", 2: "extended", 3: "all"}
+
+
+def side_by_side(model, level=2, changed_only=True):
+    """A Table of op counts: the original, ortlab's optimize(level) and ORT's own (CPU EP)."""
+    ours = optimize(model, level=level, providers=["CPUExecutionProvider"])
+    theirs = session.optimized_model(model, ORT_LEVEL[level], providers=["CPUExecutionProvider"])
+    counts = [op_counts(m) for m in (model, ours, theirs)]
+    ops = sorted(set().union(*counts))
+    rows = [(op, *(c.get(op, 0) for c in counts)) for op in ops
+            if not changed_only or len({c.get(op, 0) for c in counts}) > 1]
+    rows.append(("all nodes", *(len(m.graph.node) for m in (model, ours, theirs))))
+    return Table(("op", "original", f"ortlab level {level}", f"ORT {ORT_LEVEL[level]}"), rows)
+
+
+def largest_difference(model, optimized, feeds):
+    """The largest |difference| between the two models' outputs when ORT runs both."""
+    a, b = session.run_model(model, feeds), session.run_model(optimized, feeds)
+    return max(float(np.max(np.abs(a[n].astype(np.float64) - b[n]))) for n in a)
+
+
+def levels_table():
+    """Every registered transformer and rule: level, kind, EPs, and the first line of its docstring."""
+    rows = [(level, f"{registry.rule_transformer_name(level)}: {cls.__name__}", "rule", "all",
+             (cls.__doc__ or "").strip().splitlines()[0]) for level, cls in registry.RULES.values()]
+    rows += [(level, cls.__name__, "transformer", ", ".join(eps) if eps else "all",
+              (cls.__doc__ or "").strip().splitlines()[0]) for level, cls, eps in registry.in_ort_order()]
+    rows.sort(key=lambda r: r[0])
+    return Table(("level", "name", "kind", "EPs", "rewrite"), rows)

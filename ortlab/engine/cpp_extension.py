@@ -435,7 +435,7 @@ def time_gelu_grad(sizes=(1 << 10, 1 << 14, 1 << 18, 1 << 20), repeat=5, seed=0)
     """GeluGrad timed three ways per size: C++ (this extension), numpy (ortlab's float64 reference)
     and ORT 1.19.2's CPU kernel (a one-node session's run, its call overhead included).
     Returns rows {size, cpp_us, numpy_us, ort_us}; timings vary by machine and are not asserted."""
-    from ortlab.kernels.ops.reference import gelu_grad_reference
+    from ortlab.ops.reference import gelu_grad_reference
 
     module, session = build().module, ort_gelu_grad_session()
     rng = np.random.default_rng(seed)

@@ -21,7 +21,7 @@ import numpy as np
 
 from ortlab.memory.allocation_planner import K_REUSE
 from ortlab.memory.bfc_arena import bin_num_for_size
-from ortlab.memory.kernel_declarations import DECLARATION_SOURCES
+from ortlab.ops.kernel_declarations import ort_declaration
 from ortlab.viz import Table
 
 KIB = 1024
@@ -218,7 +218,7 @@ def use_count_table(plan):
 
 
 def _how(plan, node, value):
-    declaration = DECLARATION_SOURCES["ort"](node)
+    declaration = ort_declaration(node)
     if value.kind != K_REUSE:
         return ""
     if not value.inplace:
@@ -232,7 +232,7 @@ def decision_table(plan):
     declaration (ORT's CPU kernels), the output's symbolic shape, the AllocKind chosen, the buffer it
     reuses and how (Alias, MayInplace or the freelist), and, for an in-place candidate, the program
     counter at which the candidate input is read for the last time."""
-    declare = DECLARATION_SOURCES["ort"]
+    declare = ort_declaration
     rows = []
     for pc, node in enumerate(plan.order):
         declaration = declare(node)

@@ -1,4 +1,4 @@
-"""`python -m ortlab.kernels.bench`: the GPU check of ortlab's kernels, in one call.
+"""`python -m ortlab.benchmarks.kernels`: the GPU check of ortlab's kernels, in one call.
 
 On a GPU: every registered kernel against its numpy reference on its example at moderate sizes
 (4096 rows of 257: Kernel.example; random ones, Dropout, through their invariant), then LayerNorm and

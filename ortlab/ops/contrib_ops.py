@@ -7,7 +7,7 @@ BiasDropout, whose only kernels are in onnxruntime/contrib_ops/cuda/), and the o
 (the gradient builders' *Grad ops, BroadcastGradientArgs, Scale, and ReduceSumTraining, which ORT's
 optimizers write). ORT registers a few of its own ops under the ONNX domain
 (SimplifiedLayerNormalization, MaxPoolGrad, AveragePoolGrad): their classes say op_domain = "".
-The maths lives in ortlab.kernels.ops.reference, one numpy function per op (plain numpy: no torch
+The maths lives in ortlab.ops.reference, one numpy function per op (plain numpy: no torch
 or Triton is loaded here), except the layer norms' and pool gradients', kept with their classes
 below; each class names the ORT kernel file it mirrors.
 Schemas (attribute defaults): onnxruntime/core/graph/contrib_ops/contrib_defs.cc, bert_defs.cc,
@@ -15,13 +15,12 @@ and orttraining/orttraining/core/graph/training_op_defs.cc; an attribute's defau
 keyword default of the class's `_run`.
 """
 import numpy as np
-from onnx import defs, helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
 from ortlab.errors import OrtlabError
 from ortlab.onnx_defs import MS_DOMAIN
-from ortlab.kernels.ops import reference as ref
+from ortlab.ops import reference as ref
 from ortlab.registry import Registry
 
 # (op type, domain) -> OpRun class: what onnx.reference runs for ORT's own ops (com.microsoft, and the
@@ -475,34 +474,6 @@ class OutputShapeOp(ContribOp):
             self.refuse(f"needs the static shape of its output {self.onnx_node.output[0]!r} from the graph, got "
                         f"{shape}; ORT's kernel reads dX's shape there. Give the model's inputs fixed shapes")
         return list(shape)
-
-
-# What a pooling node may carry (onnx/defs/nn/defs.cc); ORT's schemas allow unchecked attributes and
-# ortlab's gradient builders copy the forward node's onto its gradient.
-POOL_ATTRIBUTES = {"auto_pad": "NOTSET", "ceil_mode": 0, "count_include_pad": 0, "dilations": None,
-                   "kernel_shape": None, "pads": None, "storage_order": 0, "strides": None}
-
-
-def register_ort_pool_grad_schemas():
-    """Register ORT's MaxPoolGrad(dY, Indices) -> dX and AveragePoolGrad(dY) -> dX schemas (ONNX
-    domain, version 9; float tensors, int64 Indices) with onnx.defs unless there, so that ortlab
-    checks a graph holding them. ORT: orttraining/orttraining/core/graph/training_op_defs.cc."""
-    param, floats = defs.OpSchema.FormalParameter, ["tensor(float16)", "tensor(float)", "tensor(double)"]
-    attrs = [defs.OpSchema.Attribute(name, helper.make_attribute(name, default), name) if default is not None
-             else defs.OpSchema.Attribute(name, defs.OpSchema.AttrType.INTS, name, required=False)
-             for name, default in POOL_ATTRIBUTES.items()]
-    inputs = {"MaxPoolGrad": [param("dY", "T", "gradient of Y"), param("Indices", "I", "MaxPool's Indices")],
-              "AveragePoolGrad": [param("dY", "T", "gradient of Y")]}
-    for name, ins in inputs.items():
-        if defs.has(name, ""):
-            continue
-        constraints = [("T", floats, "float tensors")] + ([("I", ["tensor(int64)"], "int64")] if len(ins) > 1 else [])
-        defs.register_schema(defs.OpSchema(name, "", 9, f"ORT's {name} (a training op under the ONNX domain)",
-                                           inputs=ins, outputs=[param("dX", "T", "gradient of X")],
-                                           type_constraints=constraints, attributes=attrs))
-
-
-register_ort_pool_grad_schemas()
 
 
 @register_reference_op

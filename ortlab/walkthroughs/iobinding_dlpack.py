@@ -223,7 +223,7 @@ def probe_ort_bugs(names=None, times=3, timeout=120):
     if unknown or not isinstance(times, int) or times < 1:
         raise BindingViewError(f"probe_ort_bugs takes names from {list(ORT_BUGS)} and times >= 1, not "
                                f"{unknown or names!r}, {times!r}")
-    code = f"from ortlab.engine.binding_views import _child; _child({names!r}, {times})"
+    code = f"from ortlab.walkthroughs.iobinding_dlpack import _child; _child({names!r}, {times})"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
     found = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or len(found) != len(names) * times:

@@ -1,7 +1,7 @@
 """Benchmark: ms per TinyGPT training step on ortlab's engine vs ORT vs PyTorch, and where the
 engine's time goes (kernel time vs per-node overhead, from its own profile).
 
-    python -m ortlab.engine.bench [--steps 30] [--batch 4] [--seq 8]
+    python -m ortlab.benchmarks.engine [--steps 30] [--batch 4] [--seq 8]
 
 The same model, weights and batches run three ways: plain PyTorch; MiniORTModule on onnxruntime's
 sessions (runtime='ort'); MiniORTModule on ortlab.engine (runtime='ortlab', gradient_builder='ortlab').

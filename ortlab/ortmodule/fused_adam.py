@@ -175,7 +175,7 @@ class CpuFusedOps(types.ModuleType):
     `launches` records the multi_tensor_apply plan of every call (one list per call)."""
 
     def __init__(self):
-        super().__init__(FUSED_OPS, "CPU transcription of fused_ops (ortlab.training.fused_adam)")
+        super().__init__(FUSED_OPS, "CPU transcription of fused_ops (ortlab.ortmodule.fused_adam)")
         self.TorchTensorVector = list  # the real one is a pybind std::vector<at::Tensor>
         self.launches = []
 

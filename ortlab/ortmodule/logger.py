@@ -13,7 +13,7 @@ import os
 import re
 
 from ortlab.errors import OrtlabError
-from ortlab.training.ortmodule import LINE_KINDS, LOG_LEVELS, OrtModuleError, train
+from ortlab.ortmodule.driver import LINE_KINDS, LOG_LEVELS, OrtModuleError, train
 
 ENV = "ORTMODULE_LOG_LEVEL"
 DEFAULT_CASES = (("WARNING", None), ("WARNING", "INFO"), ("WARNING", "DEVINFO"), ("INFO", "WARNING"),

@@ -33,9 +33,9 @@ from ortlab.capture import captured_lines
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
 from ortlab.models import TinyGPT, WithLossModule, get as get_model
-from ortlab.training import feature_models as fm
+from ortlab.walkthroughs import ortmodule_feature_models as fm
 from ortlab.training.loop import train as torch_train
-from ortlab.training.ortmodule import OrtModuleError, captured_logs, graph_changes, op_counts, train
+from ortlab.ortmodule.driver import OrtModuleError, captured_logs, graph_changes, op_counts, train
 
 TOLERANCE = 1e-5  # |ORT loss - PyTorch loss| allowed at every step (float32, 2-3 SGD steps)
 LR = 0.05
@@ -225,7 +225,7 @@ def recompute(model="gpt", steps=2):
     """ORTMODULE_MEMORY_OPT_LEVEL=0 and =1 on a zoo model ('gpt', 'bert' or 'mlp'): at level 1 ORT's
     MemoryOptimizer (orttraining/core/optimizer/memory_optimizer/) adds '<node>_recompute' copies of
     forward subgraphs for the backward to read instead of stashed activations (facts['recompute nodes'],
-    {op: count}); the losses stay PyTorch's. ortlab.training.memory_optimizer measures the memory."""
+    {op: count}); the losses stay PyTorch's. ortlab.walkthroughs.memory_recompute measures the memory."""
     _check_model_name(model, ("gpt", "bert", "mlp"))
     steps = _check_steps(steps)
     module = get_model(model, dropout=0.0)

@@ -179,7 +179,7 @@ def run_interpreted(model=None, inputs=None, timeout=240):
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         try:
-            done = subprocess.run([sys.executable, "-m", "ortlab.training.ort_triton", str(work)], cwd=work,
+            done = subprocess.run([sys.executable, "-m", "ortlab.ortmodule.triton_codegen", str(work)], cwd=work,
                                   env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise OrtTritonError(f"the interpreter child ran past {timeout} s; pass a larger timeout") \
@@ -254,7 +254,7 @@ def switches_run(folder=None, module="mlp"):
     MAX_TUNING_DURATION_MS=500, TUNING_RESULTS_PATH=<folder>/tuning and TRITON_CONFIG_FILE set:
     {'runtime options', 'banner', 'tuning files', 'config ops'} read back from ORT."""
     from ortlab import models
-    from ortlab.training.ortmodule import environment, train
+    from ortlab.ortmodule.driver import environment, train
 
     folder = Path(folder or tempfile.mkdtemp(prefix="ortlab-triton-family-"))
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,8 @@
 """What ORT 1.19.2's CPU kernels declare to the allocation planner: Alias and MayInplace.
 
-The one table of these declarations: ortlab.engine's CPU EP gives its kernels the same ones
-(cpu_execution_provider.py reads ORT_CPU_KERNEL_DECLARATIONS), so the engine's kernel definitions and
-the planner agree; `declarations="engine"` in ortlab.memory.plan reads them through the engine's CPU EP
-(`find_kernel(node, dtypes).kernel_def`).
+The one table of these declarations, in the one KernelDef shape (ortlab/ops/kernel_def.py): the
+allocation planner reads it by default, and ortlab.engine's CPU EP gives its kernels the same ones
+(cpu_execution_provider.py), so the engine's kernel definitions and the planner agree.
 
 Mirrors (KernelDefBuilder().Alias / .MayInplace in):
   onnxruntime/core/providers/cpu/tensor/reshape.cc, identity_op.cc, squeeze.cc, unsqueeze.cc,
@@ -15,9 +14,8 @@ Mirrors (KernelDefBuilder().Alias / .MayInplace in):
   (Dropout 12+), cpu/math/gemm.cc, orttraining/training_ops/cpu/op_gradients.cc (ReluGrad,
   SoftmaxGrad_13), .../cpu/nn/dropout_op.cc (DropoutGrad), .../cpu/math/scale.cc (Scale).
 """
-from dataclasses import dataclass
-
 from ortlab.onnx_defs import opset_of
+from ortlab.ops.kernel_def import KernelDef
 
 ONNX, MS = "", "com.microsoft"
 _ALIAS_00 = {"alias": ((0, 0),)}
@@ -35,48 +33,16 @@ ORT_CPU_KERNEL_DECLARATIONS = {
 }
 
 
-@dataclass(frozen=True)
-class Declaration:
-    """The part of a KernelDef the planner reads (kernel_def_builder.h)."""
-
-    alias: tuple = ()
-    variadic_alias: tuple = None
-    may_inplace: tuple = ()
-    external_outputs: bool = False
-    source: str = "ort"
-
-    def describe(self):
-        parts = [f"Alias({i}, {o})" for i, o in self.alias]
-        parts += [f"VariadicAlias{tuple(self.variadic_alias)}"] if self.variadic_alias else []
-        parts += [f"MayInplace({i}, {o})" for i, o in self.may_inplace]
-        return " ".join(parts) or "-"
-
-
 def _domain(node):
     return "" if node.domain in ("", "ai.onnx") else node.domain
 
 
 def ort_declaration(node):
-    """ORT 1.19.2's CPU declaration for `node` (an ortlab.ir Node), by op, domain and opset."""
+    """ORT 1.19.2's CPU KernelDef for `node` (an ortlab.ir Node), by op, domain and opset: the part the
+    planner reads (Alias, MayInplace); the allocation planner's default `declare`."""
     domain = _domain(node)
     version = opset_of(node.graph.opset_imports, domain) or 0
     for first, last, found in ORT_CPU_KERNEL_DECLARATIONS.get((domain, node.op_type), []):
         if version >= first and (last is None or version <= last):
-            return Declaration(**found)
-    return Declaration()
-
-
-def engine_declaration(node):
-    """The declaration ortlab's engine gives `node`, read through its CPU EP's find_kernel."""
-    from ortlab.engine.cpu_execution_provider import CPUExecutionProvider
-
-    dtypes = tuple(node.graph.node_arg(a.name).dtype if a.exists() and node.graph.node_arg(a.name) else None
-                   for a in node.inputs)
-    found, _ = CPUExecutionProvider().find_kernel(node, dtypes)
-    if found is None:
-        return Declaration(source="engine (no kernel)")
-    kdef = found.kernel_def
-    return Declaration(tuple(kdef.alias), kdef.variadic_alias, tuple(kdef.may_inplace), source="engine")
-
-
-DECLARATION_SOURCES = {"ort": ort_declaration, "engine": engine_declaration}
+            return KernelDef(node.op_type, node.domain, **found)
+    return KernelDef(node.op_type, node.domain)

@@ -19,7 +19,8 @@ class KernelDef:
     alias: (input, output) pairs whose output IS the input's buffer (Reshape: (0, 0));
     variadic_alias: (input offset, output offset) for every input from the offset on, or None;
     may_inplace: (input, output) pairs that may share a buffer when the input dies here;
-    input_memory / output_memory: indices of inputs / outputs in CPU memory on a device EP.
+    input_memory / output_memory: indices of inputs / outputs in CPU memory on a device EP;
+    external_outputs: the kernel allocates its outputs itself (ORT's ExternalOutputs, e.g. YieldOp).
     """
 
     op_type: str
@@ -32,6 +33,7 @@ class KernelDef:
     may_inplace: tuple = ()
     input_memory: tuple = ()
     output_memory: tuple = ()
+    external_outputs: bool = False
 
     def is_input_on_cpu(self, index):
         return index in self.input_memory
