@@ -14,6 +14,9 @@ from ortlab.transformers.registry import LEVELS, known_names, register_rule, reg
 
 # importing the modules registers their transformers, in ORT's order within each level
 from ortlab.transformers import eliminations  # noqa: E402,F401  (level 1 rules)
+from ortlab.transformers.slice_elimination import EliminateSlice  # noqa: E402
+from ortlab.transformers.expand_elimination import ExpandElimination  # noqa: E402
+from ortlab.transformers.pre_shape_node_elimination import PreShapeNodeElimination  # noqa: E402
 from ortlab.transformers.noop_elimination import NoopElimination  # noqa: E402
 from ortlab.transformers.div_mul_fusion import DivMulFusion  # noqa: E402
 from ortlab.transformers.gemm_sum_fusion import GemmSumFusion  # noqa: E402
@@ -38,11 +41,12 @@ from ortlab.transformers.pre_training import (optimize_for_training, ort_pre_tra
 
 __all__ = ["BiasDropoutFusion", "BiasGeluFusion", "BiasSoftmaxFusion", "CastElimination",
            "CommonSubexpressionElimination", "ConstantFolding", "ConstantSharing", "DivMulFusion",
-           "EliminateDropout", "EliminateIdentity", "GemmSumFusion", "GemmTransposeFusion",
+           "EliminateDropout", "EliminateIdentity", "EliminateSlice", "ExpandElimination", "GemmSumFusion",
+           "GemmTransposeFusion",
            "GeluFusion", "GemmActivationFusion", "GraphTransformer", "GraphTransformerManager", "LEVELS",
            "LayerNormFusion", "Match", "MatMulAddFusion", "MatMulScaleFusion", "MatmulTransposeFusion",
-           "NoopElimination", "NoopReshapeElimination", "NotWhereFusion", "PatternFusion", "ReshapeFusion",
-           "RewriteRule",
+           "NoopElimination", "NoopReshapeElimination", "NotWhereFusion", "PatternFusion",
+           "PreShapeNodeElimination", "ReshapeFusion", "RewriteRule",
            "RuleBasedGraphTransformer", "RuleEffect", "SimplifiedLayerNormFusion", "SkipLayerNormFusion",
            "TransformerError", "TransformerRecord", "graph_utils", "known_names", "optimize",
            "optimize_for_training", "ort_pre_training_table", "pre_training_transformers",
