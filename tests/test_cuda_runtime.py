@@ -11,7 +11,7 @@ import math
 import pytest
 
 from ortlab.cuda.runtime import HOST, Device, Interval
-from ortlab.cuda.runtime_plot import plot_timeline
+from ortlab.cuda.runtime_plot import plot_timeline, plot_timelines
 from ortlab.errors import OrtlabError
 
 
@@ -233,3 +233,7 @@ def test_plot_timeline_draws_every_lane():
     assert labels == ["A", d.streams[0].name, HOST]
     with pytest.raises(OrtlabError, match="takes an ortlab.cuda.runtime.Device"):
         plot_timeline([])
+    with pytest.raises(OrtlabError, match="list of \\(title, ortlab.cuda.runtime.Device\\) pairs"):
+        plot_timelines([d])
+    figure = plot_timelines([("one", d), ("two", Device())], show=False)
+    assert [a.get_title() for a in figure.axes] == ["one", "two"]
