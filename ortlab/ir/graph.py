@@ -31,6 +31,24 @@ ORT_DOMAINS = ("com.microsoft", "com.microsoft.nchwc", "com.microsoft.internal.n
 ORT_VERSION = "1.19.2"
 ORT_MAX_OPSET = {ONNX_DOMAIN: 21, "com.microsoft": 1}
 
+# {com.microsoft op: ((fewest, most inputs), (fewest, most outputs))} as ORT 1.19.2's schemas allow
+# them (onnxruntime/core/graph/contrib_ops/contrib_defs.cc, bert_defs.cc,
+# orttraining/orttraining/core/graph/training_op_defs.cc): the contrib ops ortlab's fusions and
+# gradient builders write. ORT refuses a node outside these ranges on load; other ops of the domain
+# are left to onnxruntime.
+MS_OP_ARITY = {
+    "FusedMatMul": ((2, 2), (1, 1)), "BiasGelu": ((2, 2), (1, 1)), "Gelu": ((1, 1), (1, 1)),
+    "FastGelu": ((1, 2), (1, 1)), "QuickGelu": ((1, 1), (1, 1)), "FusedGemm": ((2, 3), (1, 1)),
+    "FusedConv": ((2, 4), (1, 1)), "SkipLayerNormalization": ((3, 5), (1, 4)),
+    "SkipSimplifiedLayerNormalization": ((3, 4), (1, 4)), "BiasSoftmax": ((2, 2), (1, 1)),
+    "BiasDropout": ((2, 5), (1, 2)), "BitmaskDropout": ((1, 3), (1, 2)), "Attention": ((2, 7), (1, 2)),
+    "ReluGrad": ((2, 2), (1, 1)), "GeluGrad": ((2, 2), (1, 1)), "BiasGeluGrad_dX": ((3, 3), (1, 1)),
+    "SoftmaxGrad_13": ((2, 2), (1, 1)), "DropoutGrad": ((2, 4), (1, 1)), "Scale": ((2, 2), (1, 1)),
+    "BroadcastGradientArgs": ((2, 2), (0, 2)), "SoftmaxCrossEntropyLossGrad": ((3, 4), (1, 1)),
+    "LayerNormalizationGrad": ((5, 5), (3, 3)), "ConvGrad": ((3, 3), (0, 3)), "GatherGrad": ((3, 3), (1, 1)),
+    "ReduceSumTraining": ((2, 2), (1, 1)),
+}
+
 
 class Graph:
     """A mutable ONNX graph with ORT's bookkeeping: node indices, NodeArgs, producers, consumers."""
@@ -329,6 +347,7 @@ class Graph:
         schemas.install()
         self._check_opsets()
         self._check_graph_inputs()
+        self._check_node_names()
         for name, found in self._producers.items():
             if len(found) > 1:
                 raise DuplicateProducerError(self._duplicate_message(name, found))
@@ -377,6 +396,27 @@ class Graph:
                                  "model (\"Duplicate definition-site\"): keep one declaration")
             seen.add(name)
 
+    def _check_node_names(self):
+        """Two nodes may not share a name; any number may have none (graph.cc, VerifyNoDuplicateName)."""
+        seen = {}
+        for node in self.nodes():
+            if node.name and node.name in seen:
+                raise GraphError(f"two nodes are named '{node.name}' ({_label(seen[node.name])} and "
+                                 f"{_label(node)}); ORT refuses the model (\"two nodes with same node name\"): "
+                                 "rename one, or leave node names empty")
+            seen.setdefault(node.name, node)
+
+    def _check_ms_arity(self, node):
+        """A com.microsoft op of MS_OP_ARITY has as many inputs and outputs as its schema allows."""
+        if domain_of(node.domain) != "com.microsoft" or node.op_type not in MS_OP_ARITY:
+            return
+        for what, args, (lo, hi) in zip(("inputs", "outputs"), (node.inputs, node.outputs), MS_OP_ARITY[node.op_type]):
+            if not lo <= len(args) <= hi:
+                allowed = str(lo) if lo == hi else f"{lo} to {hi}"
+                raise GraphError(f"node {_label(node)}: com.microsoft {node.op_type} takes {allowed} {what}, "
+                                 f"this one has {len(args)} {what}; ORT refuses the model (\"{what[:-1]} size "
+                                 f"{len(args)} not in range\"): give it {allowed} {what}")
+
     def _check_op(self, node):
         """Check that the op exists; returns True when onnx.defs holds its schema (so its
         arity, attributes and types can be checked too)."""
@@ -386,7 +426,8 @@ class Graph:
             raise UnknownOpError(f"node {_label(node)} uses domain '{domain or 'ai.onnx'}', which the "
                                  f"model does not import; add opset_import('{domain}', <version>)")
         if domain in ORT_DOMAINS:
-            return False  # ORT's C++ schemas: checked by onnxruntime when a session loads the model
+            self._check_ms_arity(node)
+            return False  # ORT's C++ schemas: the rest is checked by onnxruntime when a session loads the model
         if any(f.name == node.op_type and f.domain == domain for f in self.model_fields.get("functions", [])):
             return False
         try:
