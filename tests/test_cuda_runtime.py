@@ -191,6 +191,13 @@ def test_cuda_launch_blocking_makes_every_launch_synchronous():
     assert spans(blocking, "B") == [("k2", 5, 8)] and blocking.host_now == 8
 
 
+def test_numpy_numbers_are_durations():
+    import numpy as np
+    d = Device()
+    d.launch("k", np.float32(1.5))
+    assert spans(d, d.streams[0].name) == [("k", 0, 1.5)]
+
+
 @pytest.mark.parametrize("duration", [-1, math.nan, math.inf, "3", True, None])
 def test_bad_durations_are_refused(duration):
     with pytest.raises(OrtlabError, match="duration must be a finite number"):
@@ -208,12 +215,19 @@ def test_hostile_handles_are_refused():
         d.event_record(other.create_event(), 0)
     with pytest.raises(OrtlabError, match="not a pointer of this Device"):
         d.free(other.malloc(8))
+    d.malloc(8)       # equal by value to other's first pointer, yet not this device's allocation
+    with pytest.raises(OrtlabError, match="not a pointer of this Device"):
+        d.free(other._pointers[0])
+    with pytest.raises(OrtlabError, match="unknown stream"):
+        d.launch("k", 1, False)
     with pytest.raises(OrtlabError, match="size must be a positive int"):
         d.malloc(0)
     with pytest.raises(OrtlabError, match="pageable"):
         d.memset(d.host_malloc(8), 1)
     with pytest.raises(OrtlabError, match="pageable host memory"):
         d.free(d.host_malloc(8))
+    with pytest.raises(OrtlabError, match="the host's lane"):
+        d.create_stream("host")
     d.create_stream("A")
     with pytest.raises(OrtlabError, match="exists already"):
         d.create_stream("A")
