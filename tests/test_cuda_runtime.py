@@ -251,3 +251,36 @@ def test_plot_timeline_draws_every_lane():
         plot_timelines([d])
     figure = plot_timelines([("one", d), ("two", Device())], show=False)
     assert [a.get_title() for a in figure.axes] == ["one", "two"]
+
+
+def test_an_event_recorded_on_the_legacy_stream_captures_the_blocking_streams_work():
+    d = Device()
+    a, b = d.create_stream("A"), d.create_stream("B")
+    e = d.create_event("all")
+    d.launch("k1", 6, a)
+    d.event_record(e, 0)        # legacy default stream: waits for A's earlier work
+    d.stream_wait_event(b, e)
+    d.launch("k2", 1, b)
+    assert spans(d, "B") == [("k2", 6, 7)]
+
+
+def test_recording_an_event_again_replaces_the_earlier_capture():
+    d = Device()
+    a, b = d.create_stream("A"), d.create_stream("B")
+    e = d.create_event("e")
+    d.launch("k1", 2, a)
+    d.event_record(e, a)
+    d.launch("k2", 5, a)
+    d.event_record(e, a)        # now captures k2 too
+    d.stream_wait_event(b, e)
+    d.launch("k3", 1, b)
+    assert spans(d, "B") == [("k3", 7, 8)]
+
+
+def test_memset_of_pinned_memory_and_host_to_host_copies_block_the_host():
+    d = Device()
+    pinned, pageable = d.malloc_host(16), d.host_malloc(16)
+    d.memset(pinned, 2)
+    assert d.host_now == 2
+    d.memcpy(pageable, pinned, 3)
+    assert d.host_now == 5 and d.lane(HOST)[-1].name == "cudaMemcpy H2H"
