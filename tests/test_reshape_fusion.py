@@ -132,6 +132,8 @@ CASES = [
                                                         extra_inputs=[("n", I64, [1])])),
     ("slice-squeeze-piece", slice_squeeze_piece),
     ("one-kept-dim", lambda: reshape_model([D(0), C([-1])])),
+    ("partly-static", lambda: reshape_model([D(0), D(1), C([2, 4])], x_shape=("B", 3, 8))),
+    ("div-piece", div_piece),
     ("opset-11", lambda: reshape_model([D(0), D(1), C([2, 4])], opset=11)),
     # declined by both
     ("two-minus-ones", lambda: reshape_model([D(1), D(0), C([8])])),
@@ -187,25 +189,6 @@ def test_ortlab_reshape_fusion_equals_orts(case):
     want, got = session.run_model(m, feeds), session.run_model(ours, feeds)
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-
-
-# ORT 1.19.2's ConstantFolding leaves Gather(Shape(x)) alone while x has a symbolic dim, even where
-# the dim picked is known; ortlab's ConstantFolding folds it first, so ReshapeFusion then finds the
-# constant dim (3, 2) where ORT finds a 0 or a -1. Both graphs give the same result.
-FOLDED_FIRST = [("partly-static", lambda: reshape_model([D(0), D(1), C([2, 4])], x_shape=("B", 3, 8)), [0, 3, 2, 4]),
-                ("div-piece", div_piece, [0, 0, 2, 4])]
-
-
-@pytest.mark.parametrize("case", FOLDED_FIRST, ids=[c[0] for c in FOLDED_FIRST])
-def test_a_known_dim_of_a_partly_symbolic_shape_is_folded_by_ortlab_not_by_ort(case):
-    _, build, shape = case
-    m = build()
-    ours = optimize(m, level=1, providers=CPU)
-    assert fused_shape(ours) == shape
-    assert ex.op_counts(session.optimized_model(m, "basic", providers=CPU)) == {"Reshape": 1}
-    assert fused_shape(session.optimized_model(m, "basic", providers=CPU)) != shape
-    feeds = feeds_for(m)
-    np.testing.assert_array_equal(session.run_model(ours, feeds)["y"], session.run_model(m, feeds)["y"])
 
 
 def fused_shape(model):

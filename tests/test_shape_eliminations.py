@@ -227,3 +227,23 @@ def test_the_shape_eliminations_are_level_1_rules(name):
     from ortlab.transformers import registry
     level, cls = registry.RULES[name]
     assert level == 1 and cls.__name__ == name
+
+
+def shape_gather(x_shape, index):
+    """Cast(Gather(Shape(x), index)) + w: a dim (or dims) of x read as a number."""
+    nodes = [h("Shape", ["x"], ["s"]), h("Gather", ["s", "i"], ["g"], axis=0), h("Cast", ["g"], ["c"], to=F),
+             h("Add", ["c", "w"], ["y"])]
+    return model(nodes, x_shape, inits=[("i", np.asarray(index, np.int64))], inputs=[("w", F, [])])
+
+
+@pytest.mark.parametrize("x_shape", [("B", 3, 8), (2, 3, 8)], ids=["partly-symbolic", "static"])
+@pytest.mark.parametrize("index", [1, [1], [1, 2]], ids=["scalar", "one", "two"])
+def test_constant_folding_reads_a_shape_only_when_every_dim_is_known(x_shape, index):
+    """ORT 1.19.2's ConstantFolding folds Shape(x) when all of x's dims are known, and leaves
+    Gather(Shape(x), k) alone while any dim is symbolic, even where dim k is known: ReshapeFusion
+    then reads the chain (a 0 for the dim kept). ortlab used to fold the Gather of the known dim."""
+    m = shape_gather(x_shape, index)
+    ours = optimize(m, level=1, providers=CPU)
+    assert_same_graph_as_orts(ours, m)
+    feeds = ex.feeds(m)
+    np.testing.assert_array_equal(session.run_model(ours, feeds)["y"], session.run_model(m, feeds)["y"])

@@ -4,9 +4,9 @@ Mirrors onnxruntime/core/optimizer/constant_folding.cc. ORT runs the node's CPU 
 ortlab evaluates ONNX-domain nodes with onnx.reference. Skipped, as in ORT: ops that
 are not deterministic, nodes producing graph outputs, nodes with subgraphs, and (during
 training) anything reading an excluded initializer, i.e. a trainable weight. A Shape
-node folds when the dims it returns are all known, even if its input is not constant, and
-so does Gather(Shape(x), constant index) when the dims it picks are known; a Shape node
-left with no reader is removed.
+node folds when the dims it returns are all known, even if its input is not constant; a
+Gather of a Shape with a symbolic dim stays, even where the dims it picks are known (so
+ORT 1.19.2 leaves it for ReshapeFusion to read); a Shape node left with no reader is removed.
 """
 import numpy as np
 import onnx
@@ -57,8 +57,6 @@ class ConstantFolding(GraphTransformer):
             return None
         if node.op_type == "Shape":
             return self._fold_shape(graph, node)
-        if node.op_type == "Gather" and gu.is_op(graph.producer(node.input_names[0]), "Shape"):
-            return self._fold_shape_gather(graph, node)
         inputs = [n for n in node.input_names if n]
         values = [gu.constant(graph, n, self.excluded) for n in inputs]
         if not inputs or any(v is None for v in values):
@@ -74,19 +72,6 @@ class ConstantFolding(GraphTransformer):
         if not all(isinstance(d, int) for d in picked):
             return None
         return [np.array(picked, dtype=np.int64)]
-
-    def _fold_shape_gather(self, graph, node):
-        shape_node = graph.producer(node.input_names[0])
-        full = gu.shape(graph, shape_node.input_names[0])
-        index = gu.constant(graph, node.input_names[1])
-        if full is None or index is None:
-            return None
-        start, end = shape_node.attribute("start", 0), shape_node.attribute("end", len(full))
-        dims = full[slice(start, end)]
-        picked = [dims[int(i)] for i in index.reshape(-1)]
-        if not all(isinstance(d, int) for d in picked):
-            return None
-        return [np.array(picked, dtype=np.int64).reshape(index.shape)]
 
     @staticmethod
     def _evaluate(graph, node, feeds):
