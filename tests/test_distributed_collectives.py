@@ -10,22 +10,11 @@ import pytest
 import torch
 
 from ortlab.distributed import collectives as col, launch
-from ortlab.distributed.collectives import (
-    CollectiveError,
-    CollectiveTrace,
-    all_to_all,
-    all_to_all_input,
-    all_to_all_splits,
-    collectives_check,
-    example_tensor,
-    format_collective,
-    origin_label,
-    plot_collective,
-    ring_all_gather,
-    ring_all_reduce,
-    ring_bytes_per_rank,
-    ring_reduce_scatter,
-)
+from ortlab.distributed.collectives import (CollectiveError, CollectiveTrace, all_to_all, format_collective,
+                                            origin_label, plot_collective, ring_all_gather, ring_all_reduce,
+                                            ring_bytes_per_rank, ring_reduce_scatter)
+from ortlab.distributed.checks.collectives import (all_to_all_input, all_to_all_splits, check_table, collectives_check,
+                                                   example_tensor)
 from ortlab.errors import OrtlabError
 
 TOL = 1e-6
@@ -231,7 +220,7 @@ def test_wrong_types_and_dtypes_are_clear_errors():
 
 
 def test_check_table_summarises_the_launch_against_one_process_and_the_formula(ranks):
-    table = col.check_table(ranks)
+    table = check_table(ranks)
     rows = {row[0]: row for row in table.rows}
     assert list(rows) == ["all_reduce", "reduce_scatter", "all_gather", "all_to_all"]
     for op, vs_stock, vs_one, sent, formula in table.rows:
@@ -243,4 +232,4 @@ def test_check_table_summarises_the_launch_against_one_process_and_the_formula(r
     for op in ("reduce_scatter", "all_gather"):
         assert rows[op][3] == f"{float(rows[op][4]):g}"  # even sizes: every rank sends exactly the formula
     with pytest.raises(col.CollectiveError, match="launch"):
-        col.check_table({"all_reduce": 1})
+        check_table({"all_reduce": 1})

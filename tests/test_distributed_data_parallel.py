@@ -9,20 +9,9 @@ import torch
 import torch.distributed as dist
 
 from ortlab.distributed import launch
-from ortlab.distributed.data_parallel import (
-    MIB,
-    MLP,
-    DataParallelError,
-    DistributedDataParallel,
-    assign_buckets,
-    bucket_layout,
-    bucket_table,
-    bucket_timeline,
-    ddp_check,
-    make_model,
-    one_process_grads,
-    train_one_process,
-)
+from ortlab.distributed.data_parallel import (MIB, DataParallelError, DistributedDataParallel, assign_buckets,
+                                              bucket_layout, bucket_table, bucket_timeline)
+from ortlab.distributed.checks.data_parallel import MLP, ddp_check, make_model, one_process_grads, train_one_process
 from ortlab.errors import OrtlabError
 
 TOL = 1e-6
@@ -179,7 +168,7 @@ def test_outside_a_process_group_and_bad_arguments():
 
 
 def test_check_table_reads_every_rank_and_flags_a_difference(ranks):
-    from ortlab.distributed.data_parallel import check_table
+    from ortlab.distributed.checks.data_parallel import check_table
 
     table = check_table(ranks)
     assert [row[0] for row in table.rows] == ["ortlab DistributedDataParallel", "torch DistributedDataParallel"]

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from ortlab.distributed import launch
-from ortlab.distributed.zero import ZeroError, check_table, reference_run, toy_model
+from ortlab.distributed.zero import ZeroError
+from ortlab.distributed.checks.zero import check_table, reference_run, toy_model
 from ortlab.distributed.zero_deepspeed import (DEEPSPEED_DEFAULT_CLIPPING, deepspeed_available,
                                                deepspeed_check, deepspeed_config, deepspeed_dir)
 
@@ -54,7 +55,7 @@ def test_deepspeed_default_config_clips_to_norm_one(runs, stage):
 
 def test_the_toy_gradient_norm_is_above_one():
     """The premise of the clipping test, checked in one process: the first step's global norm exceeds 1."""
-    from ortlab.distributed.zero import toy_batch
+    from ortlab.distributed.checks.zero import toy_batch
     model = toy_model(0)
     model(*toy_batch(WORLD)).backward()
     norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters() if p.grad is not None]))

@@ -18,7 +18,8 @@ import torch
 from ortlab.distributed import LaunchError, launch, launcher
 from ortlab.walkthroughs import distributed_training as examples
 from ortlab.distributed.collectives import CollectiveError, ring_bytes_per_rank
-from ortlab.distributed.data_parallel import MLP, DataParallelError, assign_buckets
+from ortlab.distributed.data_parallel import DataParallelError, assign_buckets
+from ortlab.distributed.checks.data_parallel import MLP
 from ortlab.distributed.moe import DistributedMoE, MoE, MoEError, expert_capacity, route
 from ortlab.distributed.pipeline import PipelineError, microbatches
 from ortlab.errors import OrtlabError

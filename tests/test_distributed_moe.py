@@ -11,17 +11,8 @@ import pytest
 import torch
 
 from ortlab.distributed import launch
-from ortlab.distributed.moe import (
-    CONFIGS,
-    DistributedMoE,
-    MoE,
-    MoEError,
-    expert_capacity,
-    moe_check,
-    plot_routing,
-    route,
-    routing_table,
-)
+from ortlab.distributed.moe import DistributedMoE, MoE, MoEError, expert_capacity, plot_routing, route, routing_table
+from ortlab.distributed.checks.moe import CONFIGS, moe_check
 from ortlab.errors import OrtlabError
 
 TOL = 1e-6
@@ -283,7 +274,7 @@ def test_all_to_all_calls_per_step(ranks):
 
 
 def test_check_table_reads_every_rank_and_flags_a_difference(ranks):
-    from ortlab.distributed.moe import check_table
+    from ortlab.distributed.checks.moe import check_table
 
     table = check_table(ranks)
     assert len(table.rows) == len(ranks[0])

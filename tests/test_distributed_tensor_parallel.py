@@ -9,18 +9,10 @@ import torch
 from torch import nn
 
 from ortlab.distributed import launch
-from ortlab.distributed.tensor_parallel import (
-    MLP,
-    CollectiveCount,
-    ColumnParallelLinear,
-    ParallelMLP,
-    ParallelSelfAttention,
-    RowParallelLinear,
-    TensorParallelError,
-    causal_mask,
-    count_collectives,
-    tp_check,
-)
+from ortlab.distributed.tensor_parallel import (MLP, CollectiveCount, ColumnParallelLinear, ParallelMLP,
+                                                ParallelSelfAttention, RowParallelLinear, TensorParallelError,
+                                                causal_mask, count_collectives)
+from ortlab.distributed.checks.tensor_parallel import tp_check
 from ortlab.errors import OrtlabError
 
 TOL = 1e-6
@@ -193,7 +185,7 @@ def test_bad_input_is_refused_with_the_reason(build, words):
 
 
 def test_check_table_reads_every_rank_and_flags_a_difference(ranks):
-    from ortlab.distributed.tensor_parallel import check_table
+    from ortlab.distributed.checks.tensor_parallel import check_table
 
     table = check_table(ranks)
     assert [row[0] for row in table.rows] == ["ParallelMLP", "ParallelSelfAttention"]

@@ -14,8 +14,8 @@ from ortlab.distributed import launch
 from ortlab.distributed.accounting import (AccountingError, CommCounter, MemoryReport, calculator,
                                            calculator_table, comm_volume, count_torch_collectives,
                                            measure_memory, memory_formula, measured_table, plot_memory)
-from ortlab.distributed.zero import (TECHNIQUES, FlatLayout, TiedToyModel, ZeroError, toy_batch, toy_model,
-                                     zero, zero_check)
+from ortlab.distributed.zero import FlatLayout, ZeroError, zero
+from ortlab.distributed.checks.zero import TECHNIQUES, TiedToyModel, toy_batch, toy_model, zero_check
 from ortlab.errors import OrtlabError
 
 matplotlib.use("Agg")
@@ -329,7 +329,7 @@ def test_calculator_bad_input(bad):
 
 
 def test_check_table_and_measured_table_read_the_launch_results(runs):
-    from ortlab.distributed.zero import check_table
+    from ortlab.distributed.checks.zero import check_table
 
     table = check_table(runs, steps=STEPS, lr=LR)
     assert [row[0] for row in table.rows] == list(TECHNIQUES)

@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ortlab.distributed.zero import STAGES, ZeroError, _clean, _trainable_params, toy_batch, toy_model
+from ortlab.distributed.zero import STAGES, ZeroError
+from ortlab.distributed.checks.zero import _clean, _trainable_params, toy_batch, toy_model
 
 DEEPSPEED_DEFAULT_CLIPPING = 1.0
 
@@ -117,7 +118,7 @@ def deepspeed_check(rank, world_size, stages=STAGES, steps=3, lr=0.05, seed=0, c
 
     Returns {label: {'stage', 'losses' (this rank's), 'params' (final, gathered, by name), 'optimizer'
     (DeepSpeed's class), 'clipping' (what the engine used), 'seconds'}}, labelled 'deepspeed_zero<s>' with
-    clipping off and 'deepspeed_zero<s> (default config)' with None; zero.check_table reads it.
+    clipping off and 'deepspeed_zero<s> (default config)' with None; checks.zero.check_table reads it.
     """
     if not isinstance(clippings, (tuple, list)) or not clippings or not all(
             c is None or (isinstance(c, (int, float)) and not isinstance(c, bool) and c >= 0) for c in clippings):

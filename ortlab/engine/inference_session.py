@@ -20,7 +20,9 @@ from onnx import helper
 
 from ortlab.engine.errors import InvalidArgument, InvalidGraph, NotImplementedKernel
 import ortlab.engine.cpu_execution_provider  # noqa: F401 (registers the CPU EP)
-import ortlab.engine.ort_cpu_kernels  # noqa: F401 (registers ORT's CPU kernels where onnx.reference differs)
+import ortlab.engine.ort_cpu_kernels  # noqa: F401 (these three register ORT's CPU kernels where
+import ortlab.engine.ort_cpu_ordering  # noqa: F401  onnx.reference computes differently, in this order)
+import ortlab.engine.ort_cpu_elementwise  # noqa: F401
 import ortlab.engine.triton_execution_provider  # noqa: F401 (registers the Triton EP)
 from ortlab.engine.execution_frame import ExecutionFrame, data_ptr
 from ortlab.engine.execution_provider import EXECUTION_PROVIDERS, ExecutionProvider

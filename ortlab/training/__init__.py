@@ -4,10 +4,10 @@
     SGD, Adam, AdamW, LAMB                          optimizers, one update rule each (optimizers.py)
     train(model, batches, optimizer, steps)         the loop, with a progress bar and an on_step hook (loop.py)
     train_step(model, batch, optimizer)             one step: zero_grad, forward, backward, clip, step (loop.py)
-    ortmodule.train(module, batches, steps, ...)    the real ORTModule in that loop: variables, logs, dumps, profiles
 
 The pieces mirror orttraining/orttraining/python/training/ortmodule/ (ortmodule.py, _io.py,
-_graph_transition_manager.py, _training_manager.py) and ORT's optimizer kernels.
+_graph_transition_manager.py, _training_manager.py) and ORT's optimizer kernels. The real ORTModule
+is driven and observed in ortlab.ortmodule (ortmodule.driver.train puts it in the same loop).
 """
 from ortlab.training.graph_transition_manager import ExportError, GraphTransitionManager, TracerWarningError
 from ortlab.training.io import SchemaError, flatten_inputs, flatten_outputs
