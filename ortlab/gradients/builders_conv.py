@@ -71,14 +71,15 @@ def get_averagepool_gradient(b):
 
 
 def _require_static_shape(b):
-    """ORT's MaxPoolGrad and AveragePoolGrad take dX's shape from the graph, not from an input:
-    with a symbolic dimension ORT 1.19.2 returns an empty dX, silently. Refuse instead."""
+    """ORT's MaxPoolGrad and AveragePoolGrad take dX's shape from the graph, not from an input. ORT
+    1.19.2's AveragePoolGrad gives a dX with 0 for each symbolic dim, silently; its MaxPoolGrad kills
+    the process on a symbolic spatial dim; both kill it when dX has no shape. Refuse instead."""
     shape = b.shape(b.I(0))
     if shape is None or not all(isinstance(d, int) for d in shape):
         raise GradientBuilderError(
             f"{b.node.op_type} {_label(b)}: its gradient ({b.node.op_type}Grad) needs the static shape "
-            f"of X, got {shape}; ORT's kernel reads dX's shape from the graph and returns an empty "
-            "tensor when a dimension is symbolic. Give the model's inputs fixed shapes")
+            f"of X, got {shape}; ORT's kernel reads dX's shape from the graph, and with a symbolic dimension "
+            "ORT 1.19.2 returns an empty dX or crashes. Give the model's inputs fixed shapes")
 
 
 def _label(b):
