@@ -281,18 +281,18 @@ def test_values_are_released_after_their_last_use():
     released = {sess.state.value_names[v] for s in sess.state.steps for v in s.releases}
     assert released == {"v0", "v1"}  # not the feed x, not the graph output y
     sess.run(None, feeds_for(chain_model()))
-    assert sess.last_run["peak_bytes"] == 2 * 3 * 5 * 4  # never more than two [3, 5] floats alive
+    assert sess.last_run.peak_bytes == 2 * 3 * 5 * 4  # never more than two [3, 5] floats alive
     with_pattern = InferenceSession(chain_model(), SessionOptions(graph_optimization_level=0))
     with_pattern.run(None, feeds_for(chain_model()))
     # one 256-byte block: v1 = Relu(v0) takes v0's buffer (MayInplace); y, a graph output, is apart
-    assert with_pattern.last_run["pattern_bytes"] == 256 and with_pattern.last_run["peak_bytes"] == 256 + 60
+    assert with_pattern.last_run.pattern_bytes == 256 and with_pattern.last_run.peak_bytes == 256 + 60
 
 
 def test_run_options_path_to_fetches_and_terminate():
     model, feeds = ZOO["mlp-loss"]
     sess = InferenceSession(model)
     sess.run(None, feeds, RunOptions(only_execute_path_to_fetches=True))
-    assert sess.last_run["steps"] <= len(sess.state.steps)
+    assert sess.last_run.steps <= len(sess.state.steps)
     with pytest.raises(Exception, match="Exiting due to terminate flag being set to true"):
         sess.run(None, feeds, RunOptions(terminate=True))
 

@@ -191,13 +191,13 @@ def test_bound_input_enters_the_frame_as_the_callers_buffer():
     buffer = np.empty((4, 8), np.float32)
     binding.bind_ortvalue_output("Y", buffer)
     sess.run_with_iobinding(binding)
-    assert sess.last_run["feed_data_ptrs"] == {"X": x.ctypes.data}
-    assert sess.last_run["preplaced_fetches"] == ["Y"]
-    assert sess.last_run["fetch_data_ptrs"] == {"Y": buffer.ctypes.data}
+    assert sess.last_run.feed_data_ptrs == {"X": x.ctypes.data}
+    assert sess.last_run.preplaced_fetches == ["Y"]
+    assert sess.last_run.fetch_data_ptrs == {"Y": buffer.ctypes.data}
     plain = ortlab_session()
     plain.run(None, {"X": x})
-    assert plain.last_run["preplaced_fetches"] == []
-    assert sess.last_run["allocations"] == plain.last_run["allocations"] - 1  # Y was not allocated
+    assert plain.last_run.preplaced_fetches == []
+    assert sess.last_run.allocations == plain.last_run.allocations - 1  # Y was not allocated
 
 
 @pytest.mark.parametrize("how", ["numpy", "pointer", "ortvalue"])
@@ -242,7 +242,7 @@ def test_torch_tensors_bind_without_a_copy():
     binding.bind_ortvalue_input("X", x)
     binding.bind_ortvalue_output("Y", y)
     sess.run_with_iobinding(binding)
-    assert sess.last_run["feed_data_ptrs"]["X"] == x.data_ptr()
+    assert sess.last_run.feed_data_ptrs["X"] == x.data_ptr()
     assert ptr(binding.get_outputs()[0]) == y.data_ptr()
     torch.testing.assert_close(y, torch.relu(x @ torch.from_numpy(W)))
 
@@ -271,7 +271,7 @@ def test_only_execute_path_to_fetches_runs_the_bound_outputs_path():
     binding.bind_cpu_input("X", batch())
     binding.bind_output("Y")
     sess.run_with_iobinding(binding, RunOptions(only_execute_path_to_fetches=True))
-    assert sess.last_run["steps"] == 2  # MatMul, Relu; not Neg
+    assert sess.last_run.steps == 2  # MatMul, Relu; not Neg
 
 
 def test_an_output_bound_to_a_device_ep_stays_there():
@@ -313,7 +313,7 @@ def test_the_c_level_ortvalue_binds_too():
     binding.bind_ortvalue_input("X", value)
     binding.bind_output("Y")
     sess.run_with_iobinding(binding)
-    assert sess.last_run["feed_data_ptrs"]["X"] == value.data_ptr() == x.ctypes.data
+    assert sess.last_run.feed_data_ptrs["X"] == value.data_ptr() == x.ctypes.data
     np.testing.assert_allclose(binding.get_outputs()[0], reference(x)[0], rtol=1e-5, atol=1e-5)
 
 

@@ -20,8 +20,8 @@ def test_the_engines_block_is_the_one_ort_requests(name, graph, batch):
     model, feeds = model_and_feeds(name, graph, batch)
     ort_block, _ = ort_block_and_unresolved(model, feeds, "default", True)
     sess, outputs = run(model, feeds, graph_optimization_level=0)
-    assert sess.last_run["pattern_bytes"] == ort_block == plan(model, {k: v.shape for k, v in feeds.items()}).peak_bytes
-    assert sess.last_run["placed_in_pattern"] > 0
+    assert sess.last_run.pattern_bytes == ort_block == plan(model, {k: v.shape for k, v in feeds.items()}).peak_bytes
+    assert sess.last_run.placed_in_pattern > 0
     _, without = run(model, feeds, graph_optimization_level=0, enable_mem_pattern=False)
     for a, b in zip(outputs, without):
         np.testing.assert_array_equal(a, b)
@@ -45,7 +45,7 @@ def test_gradient_graphs_with_the_pattern(name, order, reuse):
     model, feeds = training_graph(name, "ortlab")
     sess, on = run(model, feeds, graph_optimization_level=0, execution_order=order, enable_mem_reuse=reuse)
     predicted = plan(model, {k: v.shape for k, v in feeds.items()}, order=order, enable_mem_reuse=reuse)
-    assert sess.last_run["pattern_bytes"] == predicted.peak_bytes
+    assert sess.last_run.pattern_bytes == predicted.peak_bytes
     _, off = run(model, feeds, graph_optimization_level=0, execution_order=order, enable_mem_pattern=False)
     for a, b in zip(on, off):
         np.testing.assert_array_equal(a, b)
@@ -55,10 +55,10 @@ def test_a_second_run_with_other_shapes_plans_again():
     model, feeds = ZOO["gpt-logits"]
     sess = InferenceSession(model, SessionOptions(graph_optimization_level=0))
     sess.run(None, feeds)
-    first = sess.last_run["pattern_bytes"]
+    first = sess.last_run.pattern_bytes
     doubled = {k: np.concatenate([v, v]) for k, v in feeds.items()}
     out, = sess.run(None, doubled)
-    assert sess.last_run["pattern_bytes"] > first and len(sess._patterns) == 2
+    assert sess.last_run.pattern_bytes > first and len(sess._patterns) == 2
     np.testing.assert_array_equal(out, InferenceSession(model, SessionOptions(
         graph_optimization_level=0, enable_mem_pattern=False)).run(None, doubled)[0])
 

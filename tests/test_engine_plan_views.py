@@ -79,7 +79,7 @@ def test_lifetimes_and_trace_match_the_graph_and_orts_order(model_and_feeds, ord
         np.testing.assert_allclose(value, ort[name], rtol=1e-5, atol=1e-5)
     held = expected_bytes(model, feeds, spans, len(ort_order), order)
     assert [r.bytes_in_use for r in trace.steps] == held
-    assert trace.peak_bytes == max(held) == sess.last_run["peak_bytes"]
+    assert trace.peak_bytes == max(held) == sess.last_run.peak_bytes
 
 
 def test_the_order_decides_which_values_live_together_and_reuse_what_that_costs(model_and_feeds):

@@ -126,7 +126,7 @@ def test_block_equals_orts_on_random_dags(seed):
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     engine = InferenceSession(model, options)
     engine.run(None, feeds)
-    assert engine.last_run["pattern_bytes"] == ort_block_and_unresolved(model, feeds, "default", True)[0]
+    assert engine.last_run.pattern_bytes == ort_block_and_unresolved(model, feeds, "default", True)[0]
 
 
 def _cast_chain(steps, outputs):
@@ -370,13 +370,13 @@ def test_a_data_dependent_shape_is_named_and_the_engine_supplies_the_runtime_siz
     model.ir_version = 8
     x = np.linspace(-1, 1, 600_001, dtype=np.float32)
     with pytest.raises(OrtlabError, match=r"value '\w+' has no shape ORT can resolve before running.*"
-                                          r"last_run\['allocation_trace'\]"):
+                                          r"last_run\.allocation_trace"):
         plan(model, {"x": x.shape}).allocation_trace(pattern=False)
     options = SessionOptions(enable_mem_pattern=False)
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     engine = InferenceSession(model, options)
     engine.run(None, {"x": x})
-    sizes = [n for op, n in engine.last_run["allocation_trace"] if op == "alloc"]
+    sizes = [n for op, n in engine.last_run.allocation_trace if op == "alloc"]
     assert 300_000 * 8 in sizes          # NonZero's int64 [1, 300000], known only at run time
     init, run = ort_first_run(model, {"x": x}, pattern=False)
     want = [m.group(1) for line in init + run if (m := ARENA_LINE.search(line))]
@@ -405,7 +405,7 @@ def test_arena_growth_with_the_pattern_off_is_orts(name, graph, batch):
     engine.run(None, feeds)
     arena = BFCArena()
     arena.alloc(256)                      # session creation's first allocation
-    arena.replay(engine.last_run["allocation_trace"])
+    arena.replay(engine.last_run.allocation_trace)
     assert [e.extended_by for e in arena.extensions[1:]] == want
     assert len(want) >= 1
 

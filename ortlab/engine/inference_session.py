@@ -31,6 +31,7 @@ from ortlab.engine.kernel_registry import CPU
 from ortlab.engine.logger import Logger
 from ortlab.engine.options import RunOptions, SessionOptions
 from ortlab.engine.profiler import Profiler
+from ortlab.engine.run_stats import RunStats
 from ortlab.engine.sequential_executor import SequentialExecutor, needed_steps
 from ortlab.engine.session_state import SessionState
 from ortlab.engine.transformer_memcpy import MemcpyTransformer
@@ -139,6 +140,7 @@ class InferenceSession:
         model = self._transform(load_model(model_or_path))
         self.graph = self._resolve(model)
         self.model = model  # the graph as loaded, after the transformers: what ortlab.memory plans
+        self.options.planner()  # an unknown memory planner is refused before anything is built
         order = self.graph.topological_order(self.options.order())  # check the graph sorts before partitioning
         self.assignment = partition(self.graph, self.providers, self.log)
         kernel_infos = {n.index: self._kernel_info(n) for n in self.graph.nodes()}  # after inlining
@@ -276,12 +278,13 @@ class InferenceSession:
         self.executor.execute(frame, steps, run_options)
         frame.copy_outputs_across_devices()
         names = self.state.value_names
-        self.last_run = {"peak_bytes": frame.peak_bytes, "allocations": frame.allocations, "steps": len(steps),
-                         "pattern_bytes": pattern.peak_bytes if pattern else 0, "placed_in_pattern": frame.placed,
-                         "allocation_trace": frame.trace,
-                         "feed_data_ptrs": {names[slot]: data_ptr(frame.values[slot]) for slot in feeds},
-                         "fetch_data_ptrs": {name: data_ptr(frame.fetch(name)) for name in fetches},
-                         "preplaced_fetches": [names[slot] for slot in frame.preplaced]}
+        self.last_run = RunStats(
+            peak_bytes=frame.peak_bytes, allocations=frame.allocations, steps=len(steps),
+            pattern_bytes=pattern.peak_bytes if pattern else 0, placed_in_pattern=frame.placed,
+            allocation_trace=frame.trace,
+            feed_data_ptrs={names[slot]: data_ptr(frame.values[slot]) for slot in feeds},
+            fetch_data_ptrs={name: data_ptr(frame.fetch(name)) for name in fetches},
+            preplaced_fetches=[names[slot] for slot in frame.preplaced])
         if self.profiler:
             end = time.perf_counter()
             self.profiler.session_event("SequentialExecutor::Execute", start, end)
@@ -297,7 +300,7 @@ class InferenceSession:
         if not hasattr(self, "last_run"):
             raise InvalidArgument("arena() replays the last run's allocations: run the session first")
         arena = BFCArena()
-        arena.replay(self.last_run["allocation_trace"])
+        arena.replay(self.last_run.allocation_trace)
         return arena
 
     def _memory_pattern(self, feeds):

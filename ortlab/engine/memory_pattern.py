@@ -89,9 +89,18 @@ def reuse_for(session, feeds):
 
 
 def pattern_for(session, feeds):
-    """(MemoryPattern or None, why not) for a session's graph fed arrays of these shapes."""
+    """(MemoryPattern or None, why not) for a session's graph fed arrays of these shapes. With a
+    memory_planner other than 'ort', that planner re-places the plan's pattern tensors (validated: a
+    planner that overlaps live tensors raises PlannerError, never runs)."""
     found, why = _plan(session, feeds)
-    return (MemoryPattern(found), "") if found is not None else (None, why)
+    if found is None:
+        return None, why
+    planner = session.options.planner()
+    if planner != "ort":
+        from ortlab.memory.planners import placement_of
+
+        found = placement_of(found, planner).as_plan()
+    return MemoryPattern(found), ""
 
 
 def _plan(session, feeds):

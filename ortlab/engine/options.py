@@ -23,7 +23,10 @@ class SessionOptions:
     Kahn), as ortlab.ir computes them; enable_profiling, profile_file_prefix; log_severity_level
     (0 verbose .. 4 fatal, default 2); optimized_model_filepath: where to save the graph as it will
     run (partitioned, Memcpy nodes included); enable_mem_pattern, enable_mem_reuse (for the memory
-    planner)."""
+    planner); memory_planner: where the pattern's tensors go in the block: 'ort' (ORT's best fit in
+    program order, mem_pattern_planner.cc), a name registered with ortlab.memory's
+    @register_offset_planner, or a function tensors -> {name: offset} (lab09's better_planner). Not an
+    ORT option: ORT has the one planner."""
 
     graph_optimization_level: object = 99
     execution_order: object = "default"
@@ -33,6 +36,7 @@ class SessionOptions:
     optimized_model_filepath: str = ""
     enable_mem_pattern: bool = True
     enable_mem_reuse: bool = True
+    memory_planner: object = "ort"
 
     def __post_init__(self):
         _check_types(self)
@@ -53,6 +57,18 @@ class SessionOptions:
             raise InvalidArgument(f"graph_optimization_level must be one of {list(LEVEL_NAMES)} (ORT's 0, 1, 2, "
                                   f"99), got {self.graph_optimization_level!r}")
         return LEVELS[value]
+
+    def planner(self):
+        """'ort', a registered offset planner's name, or a function; anything else is refused here."""
+        value = self.memory_planner
+        if value == "ort" or callable(value):
+            return value
+        from ortlab.memory.planners import OFFSET_PLANNERS
+
+        if isinstance(value, str) and value in OFFSET_PLANNERS:
+            return value
+        raise InvalidArgument(f"memory_planner must be 'ort', one of {OFFSET_PLANNERS.known()} (registered with "
+                              f"@register_offset_planner) or a function tensors -> {{name: offset}}, not {value!r}")
 
     def order(self):
         value = self.execution_order

@@ -16,13 +16,14 @@ from ortlab.labs.checks import CheckFailed, call_learner, judge
 from ortlab.labs.remote import learner, register_tuple
 from ortlab.memory import plan as make_plan
 from ortlab.walkthroughs import memory as views
+from ortlab.memory import planners
 from ortlab.memory.planners import Placement
 from ortlab.viz import Table
 
 Lifetime = register_tuple(namedtuple("Lifetime", "defined_at last_use size"))
 Alloc = register_tuple(namedtuple("Alloc", "name size"))
 Free = register_tuple(namedtuple("Free", "name"))
-Tensor = register_tuple(namedtuple("Tensor", "name size start end"))
+Tensor = register_tuple(planners.Tensor)  # the one Tensor the engine's planners take too
 
 FIRST_REGION = 1 << 20   # the CPU arena's first region: a block that fits there is not logged
 SEEN = ("rules", "gpt training")
@@ -143,7 +144,7 @@ def _normalized(lifetimes, buffers):
 def pattern_tensors(c):
     """ORT's pattern tensors as Tensor(name, size, start, end): [start, end] the program counters its
     buffer is held (inclusive), for better_planner()."""
-    return [Tensor(v.name, v.size, v.start, v.end) for v in sorted(c.plan.planned(), key=lambda v: v.index)]
+    return planners.pattern_tensors(c.plan)
 
 
 def peak(offsets, sizes):
@@ -207,6 +208,29 @@ def planner_table(better_planner, names=SEEN):
         rows.append((name, ort_block(name), c.plan.peak_bytes, yours, bound, over(c.plan.peak_bytes), over(yours)))
     return Table(("case", "ORT's request", "ortlab's prediction", "your planner", "lower bound",
                   "ORT over bound", "yours over bound"), rows)
+
+
+def engine_table(better_planner, names=SEEN):
+    """Your planner inside ortlab's engine: each case run by InferenceSession with
+    SessionOptions(memory_planner=better_planner). One row per case: your planner's block, the block the
+    engine's run allocated, and whether the outputs equal a run with no memory pattern at all."""
+    import numpy as np
+
+    from ortlab.engine import InferenceSession, SessionOptions
+
+    rows = []
+    for name in names:
+        c = _case(name)
+        predicted = placement(c, better_planner(list(pattern_tensors(c)))).peak_bytes
+        runs = {}
+        for pattern in (True, False):
+            options = SessionOptions(graph_optimization_level=0, enable_mem_pattern=pattern,
+                                     memory_planner=better_planner)
+            sess = InferenceSession(c.model, options)
+            runs[pattern] = (sess.run(None, c.feeds), sess.last_run.pattern_bytes)
+        same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(runs[True][0], runs[False][0]))
+        rows.append((name, predicted, runs[True][1], "yes" if same else "NO"))
+    return Table(("case", "your planner's block", "the engine's block", "outputs equal without a pattern"), rows)
 
 
 def plot_placements(c, placements, ax=None):

@@ -9,6 +9,8 @@
     CachingAllocator().replay(trace) PyTorch's CUDA caching allocator on the same trace: memory_stats()
     compare_allocators(trace)        the two side by side (peak in use, reserved, growths, fragmentation)
     greedy_by_size(plan)             ORT's pattern tensors placed largest first: a Placement (offsets, peak)
+    @register_offset_planner(name)   a planner tensors -> {name: offset}; placement_of(plan, name) places a plan,
+                                     and the engine's SessionOptions(memory_planner=name) runs with it
     compare_planners(model, shapes)  ORT's block, greedy by size's and the lower bound, per execution order
     peak_by_order(model, shapes)     ORT's block and the lower bound, default vs priority order
 
@@ -29,8 +31,9 @@ __all__ = ["AllocatorStats", "ArenaError", "BFCArena", "Plan", "PlanError", "Pla
 
 from ortlab.memory.caching_allocator import (CachingAllocator, CachingAllocatorError, OutOfMemoryError,
                                              compare_allocators)
-from ortlab.memory.planners import (Placement, PlannerError, compare_planners, greedy_by_size,
-                                    peak_by_order)
+from ortlab.memory.planners import (OFFSET_PLANNERS, Placement, PlannerError, Tensor, compare_planners,
+                                    greedy_by_size, peak_by_order, placement_of, register_offset_planner)
 
+__all__ += ["OFFSET_PLANNERS", "Tensor", "placement_of", "register_offset_planner"]
 __all__ += ["CachingAllocator", "CachingAllocatorError", "OutOfMemoryError", "Placement", "PlannerError",
             "compare_allocators", "compare_planners", "greedy_by_size", "peak_by_order"]

@@ -187,7 +187,7 @@ class Plan:
                 if dims is None:
                     raise PlanError(f"value '{v.name}' has no shape ORT can resolve before running; pass its "
                                     "runtime shape in concrete_shapes={name: dims}, or run the model on "
-                                    "ortlab.engine.InferenceSession, whose last_run['allocation_trace'] (replayed by "
+                                    "ortlab.engine.InferenceSession, whose last_run.allocation_trace (replayed by "
                                     "session.arena()) holds the sizes the run allocated")
                 elem = element_size(self.graph.node_arg(v.name).type_proto)
                 nbytes = math.prod(dims) * elem

@@ -13,6 +13,7 @@ GreedyBySizeAssignment). Both only move tensors: the set of tensors, their 256-a
 most bytes live at one program counter (Plan.lower_bound_bytes): no placement can do better.
 """
 import dataclasses
+from collections import namedtuple
 from dataclasses import dataclass
 
 from ortlab.errors import OrtlabError
@@ -20,9 +21,30 @@ from ortlab.memory.allocation_planner import K_ALLOCATE, K_ALLOCATE_OUTPUT
 from ortlab.memory.plan import ORDERS, _session_graph
 from ortlab.memory.plan import plan as make_plan
 from ortlab.memory.validator import validate
+from ortlab.registry import Registry
 from ortlab.viz import Table
 
 FITS = ("first", "best")
+
+# One pattern tensor as an offset planner sees it: [start, end] the program counters its buffer is held
+# (inclusive; the whole reuse chain of a kAllocate buffer), size its 256-aligned bytes.
+Tensor = namedtuple("Tensor", "name size start end")
+
+# name -> planner(tensors) -> {tensor name: offset}. ORT's own best fit in program order is not here: it runs
+# inside plan() (mem_pattern_planner.py), where the allocation order is known; SessionOptions.memory_planner
+# "ort" means that one, and any name below re-places the same tensors in the same block.
+OFFSET_PLANNERS = Registry("offset planner", op_keys=False, duplicates="replace",
+                           hint="Add one with @register_offset_planner(name) on a function tensors -> {name: offset}.")
+
+
+def register_offset_planner(name):
+    """Decorator: file `planner(tensors) -> {tensor name: offset}` under `name` (the engine's
+    SessionOptions.memory_planner takes the name)."""
+    def register(planner):
+        if not callable(planner):
+            raise PlannerError(f"an offset planner is a function tensors -> {{name: offset}}, not {planner!r}")
+        return OFFSET_PLANNERS.register(name, planner)
+    return register
 
 
 class PlannerError(OrtlabError):
@@ -53,12 +75,12 @@ class Placement:
 
 
 def pattern_tensors(plan):
-    """(ML index, bytes, start, end) of every tensor ORT placed in the pattern, by ML index."""
-    return [(v.index, v.size, v.start, v.end) for v in sorted(plan.planned(), key=lambda v: v.index)]
+    """Tensor(name, size, start, end) of every tensor ORT placed in the pattern, by ML index."""
+    return [Tensor(v.name, v.size, v.start, v.end) for v in sorted(plan.planned(), key=lambda v: v.index)]
 
 
 def _live_together(a, b):
-    return a[2] <= b[3] and b[2] <= a[3]
+    return a.start <= b.end and b.start <= a.end
 
 
 def place(size, taken, fit="first"):
@@ -76,24 +98,75 @@ def place(size, taken, fit="first"):
     return current if best is None else best
 
 
+def _greedy(tensors, fit):
+    """Greedy by size: largest first (ties: earlier start, then the order given: ML index for
+    pattern_tensors), each at the lowest free offset
+    (fit='first') or in the smallest gap that holds it (fit='best') among the tensors placed so far
+    whose lifetimes intersect its own."""
+    placed, offsets = [], {}
+    for tensor in sorted(tensors, key=lambda t: (-t.size, t.start)):  # stable: ties keep their order
+        taken = sorted((offsets[o.name], o.size) for o in placed if o.size and _live_together(o, tensor))
+        offsets[tensor.name] = place(tensor.size, taken, fit) if tensor.size else 0
+        placed.append(tensor)
+    return offsets
+
+
+@register_offset_planner("greedy_by_size")
+def greedy_by_size_first_fit(tensors):
+    """Greedy by size, first fit (TFLite Micro's GreedyMemoryPlanner)."""
+    return _greedy(tensors, "first")
+
+
+@register_offset_planner("greedy_by_size_best_fit")
+def greedy_by_size_best_fit(tensors):
+    """Greedy by size, best fit (the paper's offset calculation; TFLite GPU's GreedyBySizeAssignment)."""
+    return _greedy(tensors, "best")
+
+
+def placement_of(plan, planner, algorithm=None):
+    """The Placement `planner` (a registered name or a function tensors -> {name: offset}) gives a Plan's
+    pattern tensors, validated: every tensor placed once at an int offset >= 0, no two live at once sharing
+    a byte. A planner that breaks a rule is named with what it did (PlannerError)."""
+    fn = OFFSET_PLANNERS.lookup(planner) if isinstance(planner, str) else planner
+    if not callable(fn):
+        raise PlannerError(f"a memory planner is a registered name ({', '.join(OFFSET_PLANNERS.known())}) or a "
+                           f"function tensors -> {{name: offset}}, not {planner!r}")
+    tensors = pattern_tensors(plan)
+    label = algorithm or (planner if isinstance(planner, str) else getattr(fn, "__name__", "planner"))
+    offsets = fn(list(tensors))
+    _check_offsets(label, tensors, offsets)
+    by_index = {plan.value(t.name).index: int(offsets[t.name]) for t in tensors}
+    peak = max((int(offsets[t.name]) + t.size for t in tensors), default=0)
+    placement = Placement(label, by_index, peak, plan.lower_bound_bytes, plan)
+    try:
+        placement.validate()
+    except OrtlabError as exc:
+        raise PlannerError(f"planner {label!r} placed live tensors on the same bytes: {exc}") from None
+    return placement
+
+
+def _check_offsets(label, tensors, offsets):
+    if not isinstance(offsets, dict):
+        raise PlannerError(f"planner {label!r} returned {type(offsets).__name__}; return {{tensor name: offset}}")
+    names = {t.name for t in tensors}
+    missing, extra = sorted(names - set(offsets)), sorted(set(offsets) - names)
+    if missing or extra:
+        raise PlannerError(f"planner {label!r} must place exactly the pattern's tensors: missing {missing[:5]}, "
+                           f"unknown {extra[:5]}")
+    bad = [(n, o) for n, o in offsets.items() if isinstance(o, bool) or not isinstance(o, int) or o < 0]
+    if bad:
+        raise PlannerError(f"planner {label!r}: offsets must be ints >= 0, got {bad[:3]}")
+
+
 def greedy_by_size(plan, fit="first"):
-    """Greedy by size on a Plan's pattern tensors: largest first (ties: earlier start, then ML index),
-    each at the lowest free offset (fit='first') or in the smallest gap that holds it (fit='best')
-    among the tensors placed so far whose lifetimes intersect its own. Returns a Placement."""
+    """Greedy by size on a Plan's pattern tensors (fit 'first' or 'best'); returns a Placement."""
     if fit not in FITS:
         raise PlannerError(f"fit must be one of {FITS} (lowest offset, or smallest gap), not {fit!r}")
     if not hasattr(plan, "planned") or not hasattr(plan, "lower_bound_bytes"):
         raise PlannerError(f"greedy_by_size takes a Plan (ortlab.memory.plan(model, shapes)), not "
                            f"{type(plan).__name__}")
-    tensors = sorted(pattern_tensors(plan), key=lambda t: (-t[1], t[2], t[0]))
-    placed, offsets, peak = [], {}, 0
-    for tensor in tensors:
-        index, size = tensor[0], tensor[1]
-        taken = sorted((offsets[o[0]], o[1]) for o in placed if o[1] and _live_together(o, tensor))
-        offsets[index] = place(size, taken, fit) if size else 0
-        peak = max(peak, offsets[index] + size)
-        placed.append(tensor)
-    return Placement(f"greedy by size ({fit} fit)", offsets, peak, plan.lower_bound_bytes, plan)
+    name = "greedy_by_size" if fit == "first" else "greedy_by_size_best_fit"
+    return placement_of(plan, name, f"greedy by size ({fit} fit)")
 
 
 def compare_planners(model, input_shapes, orders=ORDERS, enable_mem_reuse=True):

@@ -130,14 +130,14 @@ def frame_table(sess, callers):
     Mirrors IExecutionFrame::Init (execution_frame.cc): pre-allocated fetches go in first, the feeds
     last, sharing the caller's values; a fetch slot left empty is allocated by the kernel writing it."""
     run = getattr(sess, "last_run", None)
-    if run is None or "feed_data_ptrs" not in run:
+    if run is None:
         raise BindingViewError("frame_table reads an ortlab.engine session's last_run: run it first "
                                "(run_with_iobinding or run)")
     rows = []
-    for name, ptr in run["feed_data_ptrs"].items():
+    for name, ptr in run.feed_data_ptrs.items():
         rows.append((name, "feed", _is_callers(ptr, callers.get(name))))
-    for name, ptr in run["fetch_data_ptrs"].items():
-        role = "fetch pre-placed by the binding" if name in run["preplaced_fetches"] else \
+    for name, ptr in run.fetch_data_ptrs.items():
+        role = "fetch pre-placed by the binding" if name in run.preplaced_fetches else \
             "fetch allocated by the run"
         rows.append((name, role, _is_callers(ptr, callers.get(name))))
     return Table(("value", "role in the frame", "the caller's buffer"), rows)
