@@ -108,10 +108,18 @@ def test_lab09_with_every_exercise_a_stub_and_both_forgeries_does_not_pass(tmp_p
     assert len(results) == 3 and {r.status for r in results.values()} == {"not done"}, results
 
 
+def test_lab10_with_every_exercise_a_stub_and_both_forgeries_does_not_pass(tmp_path):
+    lab = ROOT / "labs" / "lab10_cuda_kernel.ipynb"
+    nb = _lab(lab, 2, WRAPS_DISPLAY, CALLABLE_EVALUATE)
+    results, problem = _grade(nb, tmp_path, lab.name, ROOT / "solutions")
+    assert problem is None, problem
+    assert len(results) == 2 and {r.status for r in results.values()} == {"not done"}, results
+
+
 NO_REFERENCE = """
 import importlib, sys
-for k in range(1, 10):
-    module = importlib.import_module(f"ortlab.labs.lab0{k}")
+for k in range(1, 11):
+    module = importlib.import_module(f"ortlab.labs.lab{k:02d}")
     names = [n for n in vars(module) if n.startswith("reference") or n == "MemPatternPlanner"]
     assert names == [], (module.__name__, names)
 assert not [n for n in sys.modules if n.startswith("ortlab.labs.judges")], "a lab module imported its checks"

@@ -1,0 +1,170 @@
+"""The checks of lab10_cuda_kernel (run where the learner's code cannot reach them).
+
+The learner's functions send back CUDA C++ text (and, for GeluGrad, a number of blocks); everything
+else happens here: NVRTC + ptxas compile it for sm_80 and sm_90 (no spills allowed), g++ builds it for
+the CPU runner, which launches it on the notebook's shapes and on shapes the notebook never shows
+(one element, tails, one row, rows shorter than a block, many rows, other block sizes), every output
+NaN-filled first. The reference is ORT 1.19.2's own CPU kernels (com.microsoft GeluGrad and
+LayerNormalizationGrad), run as one-node models by ortlab.session.run_node. On a GPU the compiled
+cubin runs too and is compared with ORT the same way.
+
+Each usual mistake has its own message: an access past an array (no bounds check, the runner's
+report), a barrier not every thread reaches, a result that changes with the order threads run
+between barriers (a missing __syncthreads), sums that are wrong while the rest of the formula is
+right (a wrong reduction), and elements no thread wrote (a grid too small, or a row not looped over).
+"""
+import numpy as np
+
+from ortlab.cuda import gpu
+from ortlab.labs.checks import CheckFailed, call_learner, compare
+from ortlab.labs.lab10 import (BLOCK, GELU, LN_GRAD, SEEN_LN, SEEN_N, compiled, cpu_build, gelu_inputs,
+                               grid_blocks, gpu_run, layer_norm_inputs, nan_filled, run_gelu_grad,
+                               run_layer_norm_grad, source_text, check_signature, unwritten)
+from ortlab.labs.remote import function
+from ortlab.session import run_node
+
+HIDDEN_N = (1, 255, 257, 4097, 12345)
+HIDDEN_LN = ((1, 33, 128), (37, 300, 64), (3, 1000, 256), (96, 64, 32), (5, 2, 128), (2, 2050, 256), (7, 515, 96))
+GELU_TOL = {"rtol": 1e-5, "atol": 1e-5}
+LN_TOL = {"rtol": 1e-4, "atol": 1e-4}
+
+
+def ort_gelu_grad(dy, x):
+    """ORT's CPU GeluGrad (com.microsoft) on (dy, x)."""
+    return run_node("GeluGrad", [dy, x], domain="com.microsoft")[0]
+
+
+def ort_layer_norm_dx(dy, x, scale, mean, inv_std):
+    """ORT's CPU LayerNormalizationGrad (com.microsoft, axis -1): its first output, dX."""
+    rows = x.shape[0]
+    return run_node("LayerNormalizationGrad", [dy, x, scale, mean.reshape(rows, 1), inv_std.reshape(rows, 1)],
+                    {"axis": -1}, domain="com.microsoft", outputs=3)[0]
+
+
+def learner_source(remote, source_fn, what):
+    """The learner's CUDA C++ text, from calling their function."""
+    return source_text(call_learner(function(remote, source_fn), what=what), what)
+
+
+def prepared(source, kernel):
+    """The CpuKernel of a source that has the lab's signature and compiles without spills."""
+    check_signature(source, kernel)
+    compiled(source, kernel)
+    return cpu_build(source, kernel)
+
+
+# --- exercise 1: GeluGrad ----------------------------------------------------------------------------
+def gelu_grad(remote, source_fn, grid_fn):
+    """Exercise 'gelu_grad': gelu_grad_source() is CUDA C++ for gelu_grad(dy, x, dx, n), launched on
+    gelu_grad_grid(n) blocks of BLOCK threads; equal to ORT's GeluGrad on every n."""
+    source = learner_source(remote, source_fn, "gelu_grad_source()")
+    kernel = prepared(source, GELU)
+    grid_fn = function(remote, grid_fn)
+    for n in SEEN_N + HIDDEN_N:
+        label = f"for n = {n}{' (a shape the notebook does not show)' if n not in SEEN_N else ''}"
+        blocks = grid_blocks(grid_fn, n)
+        try:
+            dx = run_gelu_grad(source, lambda _: blocks, n, kernel)
+        except CheckFailed as exc:
+            raise CheckFailed(f"{label}: {exc}") from None
+        missing = unwritten(dx, f"the grid is too small: gelu_grad_grid({n}) = {blocks} block(s) of {BLOCK} "
+                                f"threads = {blocks * BLOCK} threads; launch ceil(n / BLOCK) = "
+                                f"{-(-n // BLOCK)} blocks (n // BLOCK drops the tail)")
+        if missing:
+            return f"{label}: {missing}"
+        reason = compare(dx, ort_gelu_grad(*gelu_inputs(n)), what="dx", **GELU_TOL)
+        if reason:
+            return (f"{label}, compared with ORT's GeluGrad: {reason}. dx = dy * (Phi(x) + x * phi(x)), "
+                    "Phi(x) = 0.5 * (1 + erff(x * M_SQRT1_2)), phi(x) = expf(-0.5 * x * x) / sqrt(2 pi)")
+        if gpu.available():
+            reason = _gpu_gelu(source, blocks, n)
+            if reason:
+                return f"{label}, compiled on the GPU: {reason}"
+    return None
+
+
+def _gpu_gelu(source, blocks, n):
+    dy, x = gelu_inputs(n)
+    dx = nan_filled(x)
+    gpu_run(source, GELU, blocks, BLOCK, dy, x, dx, n)
+    return compare(dx, ort_gelu_grad(dy, x), what="dx", **GELU_TOL)
+
+
+# --- exercise 2: LayerNormalizationGrad's dX ---------------------------------------------------------
+def layer_norm_grad(remote, source_fn):
+    """Exercise 'layer_norm_grad': layer_norm_grad_source() is CUDA C++ for layer_norm_grad_dx(...), one
+    block per row; equal to ORT's LayerNormalizationGrad dX on every shape and block size."""
+    source = learner_source(remote, source_fn, "layer_norm_grad_source()")
+    kernel = prepared(source, LN_GRAD)
+    for rows, cols, block in SEEN_LN + HIDDEN_LN:
+        label = (f"for {rows} row(s) of {cols} with {block} threads per block"
+                 f"{' (a shape the notebook does not show)' if (rows, cols, block) not in SEEN_LN else ''}")
+        try:
+            reason = layer_norm_case(source, kernel, rows, cols, block)
+        except CheckFailed as exc:
+            raise CheckFailed(f"{label}: {exc}") from None
+        if reason:
+            return f"{label}: {reason}"
+    return None
+
+
+def layer_norm_case(source, kernel, rows, cols, block):
+    """None, or what is wrong with the kernel's dx on one case (CPU runner, both thread orders; GPU too)."""
+    forward = run_layer_norm_grad(source, rows, cols, block, kernel)
+    reverse = run_layer_norm_grad(source, rows, cols, block, kernel, schedule="reverse")
+    if not np.array_equal(forward, reverse, equal_nan=True):
+        at = tuple(int(i) for i in np.argwhere(~((forward == reverse) | (np.isnan(forward) & np.isnan(reverse))))[0])
+        return (f"a race: dx changes with the order the threads run between barriers (at index {at}: "
+                f"{forward[at]!r} with thread 0 first, {reverse[at]!r} with the last thread first). A "
+                "__syncthreads() is missing: between the writes to shared memory and the reads of them, and "
+                "before shared memory is written again for the next sum")
+    if np.isnan(forward).any():
+        return unwritten(forward, _unwritten_hint(forward, block))
+    inputs = layer_norm_inputs(rows, cols)
+    expected = ort_layer_norm_dx(*inputs)
+    reason = compare(forward, expected, what="dx", **LN_TOL)
+    if reason:
+        return _wrong_values(forward, inputs, reason)
+    if gpu.available():
+        dx = nan_filled(inputs[1])
+        gpu_run(source, LN_GRAD, rows, block, *inputs, dx, rows, cols)
+        reason = compare(dx, expected, what="dx", **LN_TOL)
+        if reason:
+            return f"compiled on the GPU: {reason}"
+    return None
+
+
+def _unwritten_hint(dx, block):
+    """Why elements of dx were left unwritten, from where they are."""
+    missing = np.isnan(dx)
+    if missing.all(axis=1).any() and not missing.all():
+        return "whole rows were never written: block blockIdx.x handles row blockIdx.x (the grid has one block per row)"
+    columns = np.argwhere(missing)[:, 1]
+    if columns.min() >= block:
+        return (f"columns from {block} (blockDim.x) on were never written: loop over the row, "
+                "for (int c = threadIdx.x; c < cols; c += blockDim.x)")
+    return "every element of the row must be written by some thread"
+
+
+def _wrong_values(dx, inputs, reason):
+    """A wrong reduction when dx has the formula's shape with other sums, else the plain comparison."""
+    dy, x, scale, mean, inv_std = inputs
+    cols = x.shape[1]
+    g = (dy * scale).astype(np.float64)
+    xhat = (x.astype(np.float64) - mean[:, None]) * inv_std[:, None]
+    for r in range(x.shape[0]):
+        if cols < 3:
+            break
+        # dx = inv_std * (g - a - xhat * b): read the learner's a and b back by least squares
+        t = g[r] - dx[r].astype(np.float64) / inv_std[r]
+        design = np.stack([np.ones(cols), xhat[r]], axis=1)
+        (a, b), *_ = np.linalg.lstsq(design, t, rcond=None)
+        fits = np.max(np.abs(design @ (a, b) - t)) <= 1e-3 * (1 + np.max(np.abs(g[r])))
+        want_a, want_b = g[r].mean(), (g[r] * xhat[r]).mean()
+        if fits and not (np.isclose(a, want_a, rtol=1e-3, atol=1e-4) and np.isclose(b, want_b, rtol=1e-3, atol=1e-4)):
+            return (f"a wrong reduction: row {r}'s dx has the formula's form, but with mean(g) = {a:.6g} and "
+                    f"mean(g * xhat) = {b:.6g} where they are {want_a:.6g} and {want_b:.6g} (g = dy * scale, "
+                    "xhat = (x - mean) * inv_std). Every thread's partial sums must reach the block's total "
+                    "(all warps, every column), and each mean divides by cols")
+    return (f"compared with ORT's LayerNormalizationGrad: {reason}. dx = inv_std * (g - mean(g) - xhat * "
+            "mean(g * xhat)), with g = dy * scale and xhat = (x - mean) * inv_std")

@@ -1,0 +1,211 @@
+"""lab10_cuda_kernel's checks: the solution's kernels pass; each usual mistake gets its own message.
+
+The reference is ORT 1.19.2's CPU kernels (GeluGrad, LayerNormalizationGrad) inside the judges; the
+kernels below are the solution's and, for each mistake, the solution with that one mistake made.
+Also checked here, independently of the judges: the solution's dX equals ORT's on a case of their
+own, and the machinery's facts the messages rely on (ORT's CPU LayerNormalizationGrad refuses one
+column; the CPU runner fills nothing itself, so NaN marks an element no thread wrote).
+"""
+import nbformat
+import numpy as np
+import pytest
+
+from conftest import ROOT
+from ortlab import cuda
+from ortlab.cuda import gpu
+from ortlab.labs import lab10
+from ortlab.labs.checks import evaluate
+from ortlab.labs.judges import lab10 as judges
+from ortlab.labs.remote import LocalRemote, learner
+from ortlab.session import SessionError, run_node
+
+GELU = r"""
+extern "C" __global__ void gelu_grad(const float* dy, const float* x, float* dx, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    const float v = x[i];
+    dx[i] = dy[i] * (0.5f * (1.0f + erff(v * 0.70710678118654752f)) + v * expf(-0.5f * v * v) * 0.39894228040143268f);
+  }
+}
+"""
+
+LN = r"""
+__device__ float block_sum(float v, float* buffer) {
+  __syncthreads();
+  buffer[threadIdx.x] = v;
+  __syncthreads();
+  int width = 1;
+  while (width < blockDim.x) width *= 2;  // a tree over the next power of two
+  for (int half = width / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half && threadIdx.x + half < blockDim.x) buffer[threadIdx.x] += buffer[threadIdx.x + half];
+    __syncthreads();
+  }
+  return buffer[0];
+}
+
+extern "C" __global__ void layer_norm_grad_dx(const float* dy, const float* x, const float* scale,
+                                              const float* mean, const float* inv_std, float* dx,
+                                              int rows, int cols) {
+  __shared__ float buffer[1024];
+  const int row = blockIdx.x;
+  const long long base = (long long)row * cols;
+  const float mu = mean[row], rs = inv_std[row];
+  float sum_g = 0.0f, sum_g_xhat = 0.0f;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float g = dy[base + c] * scale[c];
+    sum_g += g;
+    sum_g_xhat += g * (x[base + c] - mu) * rs;
+  }
+  const float mean_g = block_sum(sum_g, buffer) / cols;
+  const float mean_g_xhat = block_sum(sum_g_xhat, buffer) / cols;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float xhat = (x[base + c] - mu) * rs;
+    dx[base + c] = rs * (dy[base + c] * scale[c] - mean_g - xhat * mean_g_xhat);
+  }
+}
+"""
+
+
+def ceil_blocks(n):
+    return -(-n // lab10.BLOCK)
+
+
+def gelu_verdict(source, grid=ceil_blocks):
+    result = evaluate("gelu_grad", lambda: judges.gelu_grad(LocalRemote(), learner(lambda: source), learner(grid)))
+    return result.status, result.message
+
+
+def ln_verdict(source):
+    result = evaluate("layer_norm_grad", lambda: judges.layer_norm_grad(LocalRemote(), learner(lambda: source)))
+    return result.status, result.message
+
+
+def test_the_solution_kernels_pass():
+    assert gelu_verdict(GELU) == ("pass", "")
+    assert ln_verdict(LN) == ("pass", "")
+
+
+def test_the_solution_equals_ort_on_a_case_of_this_test():
+    """Independent of the judges' cases: 7 rows of 515 with 96 threads per block, and n = 3001."""
+    dy, x, scale, mean, inv_std = lab10.layer_norm_inputs(7, 515, seed=5)
+    dx = np.full_like(x, np.nan)
+    cuda.launch(cuda.cpu_kernel(LN, "layer_norm_grad_dx"), 7, 96, dy, x, scale, mean, inv_std, dx, 7, 515)
+    ort = run_node("LayerNormalizationGrad", [dy, x, scale, mean.reshape(7, 1), inv_std.reshape(7, 1)],
+                   {"axis": -1}, domain="com.microsoft", outputs=3)[0]
+    np.testing.assert_allclose(dx, ort, rtol=1e-4, atol=1e-4)
+    dy, x = lab10.gelu_inputs(3001, seed=5)
+    dx = np.full_like(x, np.nan)
+    cuda.launch(cuda.cpu_kernel(GELU, "gelu_grad"), ceil_blocks(3001), lab10.BLOCK, dy, x, dx, 3001)
+    np.testing.assert_allclose(dx, run_node("GeluGrad", [dy, x], domain="com.microsoft")[0], rtol=1e-5, atol=1e-5)
+
+
+def test_ort_cpu_layer_norm_grad_refuses_one_column():
+    """Why the hidden cases have no single-column rows: ORT 1.19.2's CPU kernel requires M != 1."""
+    dy, x, scale, mean, inv_std = lab10.layer_norm_inputs(3, 1)
+    with pytest.raises(SessionError, match="M != 1"):
+        run_node("LayerNormalizationGrad", [dy, x, scale, mean.reshape(3, 1), inv_std.reshape(3, 1)],
+                 {"axis": -1}, domain="com.microsoft", outputs=3)
+
+
+@pytest.mark.parametrize("source, grid, words", [
+    (GELU.replace("if (i < n) {", "{"), ceil_blocks,
+     "for n = 1000: no bounds check: thread (232, 0, 0) of block (3, 0, 0): x[1000] is out of bounds"),
+    (GELU, lambda n: n // lab10.BLOCK, "for n = 1000: 232 of 1000 elements of dx were never written (the first at "
+                                       "index (768,)); the grid is too small: gelu_grad_grid(1000) = 3 block(s)"),
+    (GELU, lambda n: max(1, n // lab10.BLOCK), "launch ceil(n / BLOCK) = 4 blocks"),
+    (GELU.replace("erff(v * 0.70710678118654752f)", "tanhf(0.7978845608f * (v + 0.044715f * v * v * v))"),
+     ceil_blocks, "for n = 1024, compared with ORT's GeluGrad: dx: wrong values"),
+    (GELU.replace('extern "C" ', ""), ceil_blocks, "declare it extern \"C\" __global__"),
+    (GELU.replace("int n)", "long n)"), ceil_blocks, "does not take the lab's parameters: write extern \"C\" "
+                                                      "__global__ void gelu_grad(const float* dy, const float* x, "
+                                                      "float* dx, int n)"),
+    (GELU.replace("erff(", "erf_typo("), ceil_blocks, "NVRTC cannot compile it for sm_80"),
+    (GELU.replace("const float v = x[i];", "float buf[64]; for (int k = 0; k < 64; ++k) buf[(k * 7 + i) % 64] = "
+                                           "x[i] + k; const float v = buf[n % 64] - (n % 64);"),
+     ceil_blocks, "spills to local memory"),
+    (None, ceil_blocks, "gelu_grad_source() must return the kernel's CUDA C++ source as a str, not NoneType"),
+    (GELU, lambda n: 0, "gelu_grad_grid(1024) returned 0"),
+], ids=["no-bounds-check", "grid-too-small", "grid-too-small-with-floor-one", "tanh-approximation",
+        "mangled-name", "wrong-signature", "compile-error", "spills", "not-a-str", "zero-grid"])
+def test_gelu_grad_mistakes_get_their_own_message(source, grid, words):
+    status, message = gelu_verdict(source, grid)
+    assert status == "fail" and words in message, message
+
+
+def test_a_hidden_shape_catches_what_the_seen_ones_do_not():
+    """A kernel right for n a multiple of 8 only (the notebook's two n are): failed on a hidden n."""
+    source = GELU.replace("if (i < n) {", "if (i < (n / 8) * 8) {")
+    status, message = gelu_verdict(source)
+    assert status == "fail" and "for n = 1 (a shape the notebook does not show)" in message, message
+
+
+TREE_WITHOUT_BARRIER = LN.replace("  buffer[threadIdx.x] = v;\n  __syncthreads();\n", "  buffer[threadIdx.x] = v;\n")
+WARP_ONLY = LN.replace("for (int half = width / 2;", "for (int half = 16;")
+POWER_OF_TWO_TREE = LN.replace("for (int half = width / 2;", "for (int half = blockDim.x / 2;").replace(
+    " && threadIdx.x + half < blockDim.x", "")
+
+
+@pytest.mark.parametrize("source, words", [
+    (TREE_WITHOUT_BARRIER, "for 4 row(s) of 300 with 128 threads per block: a race: dx changes with the order "
+                           "the threads run between barriers"),
+    (LN.replace("/ cols;\n  const float mean_g_xhat", "/ blockDim.x;\n  const float mean_g_xhat"),
+     "for 4 row(s) of 300 with 128 threads per block: a wrong reduction: row 0's dx has the formula's form, but "
+     "with mean(g) ="),
+    (WARP_ONLY, "for 4 row(s) of 300 with 128 threads per block: a wrong reduction"),
+    (POWER_OF_TWO_TREE, "for 7 row(s) of 515 with 96 threads per block (a shape the notebook does not show): a "
+                        "wrong reduction"),
+    (LN.replace("for (int c = threadIdx.x; c < cols; c += blockDim.x) {\n    const float xhat",
+                "for (int c = threadIdx.x; c < cols && c < (int)blockDim.x; c += blockDim.x) {\n    const float xhat"),
+     "columns from 128 (blockDim.x) on were never written: loop over the row"),
+    (LN.replace("const int row = blockIdx.x;", "const int row = blockIdx.x; if (row % 2) return;"),
+     "whole rows were never written"),
+    (LN.replace("for (int c = threadIdx.x; c < cols; c += blockDim.x) {\n    const float g",
+                "for (int c = threadIdx.x; c < (cols + 127) / 128 * 128; c += blockDim.x) {\n    const float g"),
+     "for 4 row(s) of 300 with 128 threads per block: no bounds check: thread (44, 0, 0) of block (0, 0, 0): "
+     "scale[300] is out of bounds (scale has 300 elements)"),
+    (LN.replace("__shared__ float buffer[1024];", "__shared__ float buffer[128];"),
+     "with 256 threads per block (a shape the notebook does not show): the kernel crashed the CPU runner: an "
+     "access outside an array the runner cannot check"),
+    (LN.replace("  const float mean_g = block_sum",
+                "  if (threadIdx.x >= cols) return;\n  const float mean_g = block_sum"),
+     "for 1 row(s) of 33 with 128 threads per block (a shape the notebook does not show): a __syncthreads() that "
+     "not every thread of the block reaches"),
+    (LN.replace("rs * (dy[base + c] * scale[c] - mean_g", "rs * (dy[base + c] - mean_g"),
+     "compared with ORT's LayerNormalizationGrad: dx: wrong values"),
+    (LN.replace("float* dx,", "double* dx,"), "does not take the lab's parameters"),
+], ids=["missing-syncthreads", "divides-by-blockdim", "warp-only-tree", "power-of-two-tree", "no-column-loop",
+        "rows-skipped",
+        "no-bounds-check", "shared-array-too-small", "divergent-barrier", "wrong-formula", "wrong-signature"])
+def test_layer_norm_grad_mistakes_get_their_own_message(source, words):
+    status, message = ln_verdict(source)
+    assert status == "fail" and words in message, message
+
+
+def test_a_stubbed_exercise_is_not_done():
+    def stub():
+        raise NotImplementedError("exercise 'layer_norm_grad' is not done yet: replace this line with your solution")
+
+    result = evaluate("layer_norm_grad", lambda: judges.layer_norm_grad(LocalRemote(), learner(stub)))
+    assert result.status == "not done"
+
+
+def test_lab_module_holds_no_reference():
+    """The learner's module imports neither ORT's sessions nor the judges (the reference lives in judges/lab10.py)."""
+    import ast
+
+    tree = ast.parse((ROOT / "ortlab" / "labs" / "lab10.py").read_text())
+    imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert not [m for m in imported if "judges" in m or m.startswith(("ortlab.session", "onnxruntime"))], imported
+
+
+def test_the_lab_says_where_the_kernels_ran():
+    assert lab10.where_it_ran().startswith("GPU: " if gpu.available() else "CPU path: no GPU here")
+
+
+def test_the_solution_notebook_has_both_exercises_and_their_checks():
+    nb = nbformat.read(ROOT / "solutions" / "lab10_cuda_kernel.ipynb", as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    for exercise in ("gelu_grad", "layer_norm_grad"):
+        assert f"# BEGIN SOLUTION {exercise}" in code
+        assert f"lab10.check_{exercise}(" in code
