@@ -26,6 +26,7 @@ import torch
 import ortcheck
 from ortlab.errors import OrtlabError
 from ortlab.gradients import build_gradient_graph, ort_gradient_graph
+from ortlab.models import plain_torch_export
 from ortlab.training import MiniORTModule
 
 CONFIGS = {"ort": dict(gradient_builder="ort"),
@@ -90,10 +91,12 @@ def test_a_small_cnn_trains_like_pytorch_step_for_step(config, pool):
 
 
 def static_export(module, x, target):
-    """The module as ONNX with fixed shapes and its parameters as initializers (loss output 'loss')."""
+    """The module as ONNX with fixed shapes and its parameters as initializers (loss output 'loss'), by
+    torch's own symbolics (not the ATen ones an ORTModule in this process may have registered)."""
     buffer = io.BytesIO()
-    torch.onnx.export(module, (x, target), buffer, input_names=["x", "target"], output_names=["loss"],
-                      opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
+    with plain_torch_export():
+        torch.onnx.export(module, (x, target), buffer, input_names=["x", "target"], output_names=["loss"],
+                          opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
     return onnx.load_from_string(buffer.getvalue())
 
 

@@ -30,6 +30,7 @@ from ortlab.transformers.matmul_fusions import (GemmActivationFusion, MatMulAddF
                                                 MatMulScaleFusion, MatmulTransposeFusion)
 from ortlab.transformers.gelu_fusion import BiasGeluFusion, GeluFusion  # noqa: E402
 from ortlab.transformers.layer_norm_fusion import LayerNormFusion  # noqa: E402
+from ortlab.transformers.gather_to_slice_fusion import GatherToSliceFusion  # noqa: E402
 from ortlab.transformers.simplified_layer_norm_fusion import SimplifiedLayerNormFusion  # noqa: E402
 from ortlab.transformers.bias_fusions import BiasDropoutFusion, BiasSoftmaxFusion  # noqa: E402
 from ortlab.transformers.skip_layer_norm_fusion import SkipLayerNormFusion  # noqa: E402
@@ -41,8 +42,8 @@ from ortlab.transformers.pre_training import (optimize_for_training, ort_pre_tra
 
 __all__ = ["BiasDropoutFusion", "BiasGeluFusion", "BiasSoftmaxFusion", "CastElimination",
            "CommonSubexpressionElimination", "ConstantFolding", "ConstantSharing", "DivMulFusion",
-           "EliminateDropout", "EliminateIdentity", "EliminateSlice", "ExpandElimination", "GemmSumFusion",
-           "GemmTransposeFusion",
+           "EliminateDropout", "EliminateIdentity", "EliminateSlice", "ExpandElimination", "GatherToSliceFusion",
+           "GemmSumFusion", "GemmTransposeFusion",
            "GeluFusion", "GemmActivationFusion", "GraphTransformer", "GraphTransformerManager", "LEVELS",
            "LayerNormFusion", "Match", "MatMulAddFusion", "MatMulScaleFusion", "MatmulTransposeFusion",
            "NoopElimination", "NoopReshapeElimination", "NotWhereFusion", "PatternFusion",
