@@ -42,3 +42,12 @@ execute: setup
 	$(PY) -m jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.record_timing=False $(NOTEBOOKS)
 	$(PY) -m ortlab.labs build
+
+# On a GPU machine: every GPU check of ortlab in one run (ortlab/benchmarks/gpu_check.py, about 6 minutes),
+# one JSON record in gpu_records/, or in $(OUT) when OUT is set (the device tool sets it). Needs torch,
+# Triton, CuPy and cuda-bindings, never onnxruntime, so no `setup`: the image's python3 runs it where
+# there is no .venv.
+GPU_PY ?= $(if $(filter 1,$(ORTLAB_USE_ACTIVE_ENV)),python,$(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3))
+.PHONY: gpu-check
+gpu-check:
+	PYTHONPATH=. $(GPU_PY) -m ortlab.benchmarks.gpu_check $(if $(OUT),--out $(OUT))
