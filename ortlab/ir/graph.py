@@ -314,6 +314,15 @@ class Graph:
         arg.type_proto = type_of_tensor(tensor)
         return arg
 
+    def add_input(self, name, type_proto=None):
+        """Declare `name` a graph input (once), with its NodeArg typed by `type_proto` when given."""
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"a graph input needs a name (a non-empty str), not {name!r}")
+        arg = self.get_or_create_node_arg(name, type_proto)
+        if name not in self.inputs:
+            self.inputs.append(name)
+        return arg
+
     def remove_initializer(self, name):
         """Drop an initializer (and its graph input, if it is one); its NodeArg stays."""
         self.initializers.pop(name, None)

@@ -294,8 +294,7 @@ def post_export_process(model, module):
         (param_names if name in params else buffer_names).append(short)
         graph.remove_initializer(name)
         graph.replace_all_uses(name, short)
-        graph.get_or_create_node_arg(short, type_of_tensor(tensor))
-        graph.inputs.append(short)
+        graph.add_input(short, type_of_tensor(tensor))
     no_gradient = lower_no_gradient(graph)
     return graph.to_model(), param_names, buffer_names, no_gradient
 
@@ -317,8 +316,7 @@ def lower_no_gradient(graph):
         fed_name = f"{source}_no_grad"
         graph.remove_node(node)
         if fed_name not in fed:
-            graph.get_or_create_node_arg(fed_name, graph.node_arg(source).type_proto)
-            graph.inputs.append(fed_name)
+            graph.add_input(fed_name, graph.node_arg(source).type_proto)
             fed[fed_name] = source
         graph.replace_all_uses(output, fed_name)
     if not any(n.domain == export_symbolics.DOMAIN for n in graph.nodes()):

@@ -82,7 +82,7 @@ class GraphTransformer(_Explained):
         """The live nodes in topological order, remembering the current one for error messages.
         Nodes a previous iteration removed are skipped. (A walk over the graph, not Graph.nodes().)"""
         for node in graph.topological_order():
-            if graph._nodes[node.index] is node:
+            if graph.has_node(node):
                 self.current = node
                 yield node
         self.current = None
