@@ -109,6 +109,9 @@ def test_latest_is_the_newest_by_date_not_by_file_name(tmp_path):
                             ("2026-01-02_a.json", "2026-11-20T09:59:59+00:00", False),
                             ("2026-01-03_dry.json", "2026-12-31T00:00:00+00:00", True)):
         (tmp_path / name).write_text(json.dumps(_record(date, dry_run=dry)))
+    no_gpu = gpu_check.build_record({"device": {"status": "skipped", "reason": "no GPU"}}, False,
+                                    now=__import__("datetime").datetime.fromisoformat("2027-01-01T00:00:00+00:00"))
+    (tmp_path / "2027-01-01_unknown-gpu.json").write_text(json.dumps(no_gpu))
     (tmp_path / "broken.json").write_text("{ not json")
     (tmp_path / "other.json").write_text(json.dumps({"something": "else"}))
     assert gpu_record.latest(tmp_path)["date"] == "2026-11-20T10:00:00Z"
@@ -323,3 +326,90 @@ def test_a_dry_run_never_imports_onnxruntime(tmp_path):
     for name, entry in record["parts"].items():
         assert entry["status"] == "skipped" and entry["reason"].startswith("dry run: CPU side done"), (name, entry)
     assert "[dry run: no device calls]" in done.stdout
+
+
+# ---- the GPU parts' plumbing, with the device replaced ------------------------------------------
+def _fake_cupy():
+    """A stand-in for CuPy whose 'device' arrays are numpy copies and whose kernels run on ortlab's
+    CPU runner; each scalar must arrive as the numpy type of its parameter, as CuPy needs it."""
+    import types
+
+    import ortlab.cuda as cuda
+    from ortlab.cuda import kernels
+    from ortlab.cuda.cpu import parse_params
+
+    class RawModule:
+        def __init__(self, path):
+            self.source = Path(path).stem
+            assert Path(path).read_bytes() == b"cubin of " + self.source.encode()
+
+        def get_function(self, name):
+            text = kernels.source(self.source)
+            built = cuda.cpu_kernels(text, kernels.SOURCES[self.source].kernels)
+
+            def kernel(grid, block, args):
+                for param, arg in zip(parse_params(text, name), args):
+                    assert type(arg) is (np.ndarray if param.pointer else param.dtype), (name, param, arg)
+                cuda.launch(built[name], grid[0], block[0], *args)
+            return kernel
+
+    fake = types.ModuleType("cupy")
+    fake.asarray = lambda a: np.array(a, copy=True)
+    fake.asnumpy = lambda d: np.array(d, copy=True)
+    fake.RawModule = RawModule
+    fake.cuda = types.SimpleNamespace(Device=lambda: types.SimpleNamespace(synchronize=lambda: None))
+    return fake
+
+
+def test_the_cuda_kernels_part_end_to_end_with_cupy_replaced_by_the_cpu_runner(monkeypatch):
+    from ortlab.benchmarks import gpu_cuda_cases
+
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
+    monkeypatch.setitem(gpu_cuda_cases.SIZES, "large", gpu_cuda_cases.SIZES["small"])
+    monkeypatch.setattr(gpu_cuda, "device_arch", lambda: "sm_90")
+    real_compile = gpu_cuda.compile_all
+    monkeypatch.setattr(gpu_cuda, "compile_all", lambda arch: {
+        name: {**c, "cubin": b"cubin of " + name.encode()} for name, c in real_compile(arch).items()})
+    result = gpu_cuda.part_cuda_kernels(Context())
+    assert result["mismatches"] == [] and result["checks"]["passed"] == result["checks"]["total"] == 16
+    assert {s["source"] for s in result["sources"]} >= {case.source for case in CASES}
+    assert all(s["compiler"] == "ortlab.cuda.compile (NVRTC + ptxas)" for s in result["sources"])
+
+
+def test_the_occupancy_part_with_a_fake_driver_module(monkeypatch):
+    """The fake driver answers 1 block per SM everywhere and reports ptxas's registers plus one for
+    `reduce_sum_last_axis`: every row where ortlab says otherwise, and that kernel, are mismatches."""
+    class FakeModule:
+        def __init__(self, cubin):
+            self.cubin = cubin
+
+        def blocks_per_sm(self, name, block, dynamic):
+            return 1
+
+        def attribute(self, name, attribute):
+            from ortlab.cuda import compile as ortlab_compile
+            from ortlab.cuda import kernels
+
+            source = next(s for s, e in kernels.SOURCES.items() if name in e.kernels)
+            res = ortlab_compile(kernels.source(source), "sm_90").kernels[name]
+            extra = 1 if name == "reduce_sum_last_axis" and attribute.endswith("NUM_REGS") else 0
+            return (res.registers if attribute.endswith("NUM_REGS") else res.shared_bytes) + extra
+
+    monkeypatch.setattr(gpu_cuda, "device_arch", lambda: "sm_90")
+    monkeypatch.setattr(gpu_cuda, "DriverModule", FakeModule)
+    result = gpu_cuda.part_occupancy(Context())
+    differing_rows = [r for r in result["rows"] if r["ortlab blocks/SM"] != 1]
+    assert differing_rows and all(r["equal"] is False for r in differing_rows)
+    assert len(result["mismatches"]) == len(differing_rows) + 1
+    assert result["mismatches"][-1].startswith("reduce_sum_last_axis: ptxas says")
+    assert result["checks"]["total"] == len(result["rows"]) + len(result["registers"])
+
+
+def test_a_run_that_finds_no_gpu_writes_nothing_to_gpu_records(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(gpu_check, "RECORDS", tmp_path)
+    record = gpu_check.main(["--parts", "device"])
+    assert record["gpu"] is None and record["parts"]["device"]["status"] == "skipped"
+    assert list(tmp_path.iterdir()) == []
+    assert "record: not written to gpu_records/ (no GPU was found)" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"unknown part\(s\) \['gpu'\]"):
+        gpu_check.main(["--parts", "device,gpu"])

@@ -16,8 +16,8 @@ or crashing part does not stop the others:
 
 A part ends "ok" (its result, with any `mismatches` between the GPU and ortlab's reference or
 model), "failed" (the error's last line, and the traceback) or "skipped" (why: an import that failed,
-or `--dry-run`). The record goes to `gpu_records/<date>_<gpu>.json` (or `--out DIR`); a summary is
-printed. `--dry-run` runs each part's CPU side (imports, inputs, references, models) and stops
+or `--dry-run`). The record goes to `gpu_records/<date>_<gpu>.json` (or `--out DIR`; without a GPU,
+only there); a summary is printed. `--dry-run` runs each part's CPU side (imports, inputs, references, models) and stops
 before the first device call; its record is marked `dry_run` and is never written to gpu_records/.
 """
 import argparse
@@ -110,13 +110,21 @@ def run_part(part, context, budget_s):
             **entry}
 
 
-def run_parts(parts, context, total_budget_s=TOTAL_BUDGET_S, runner=run_part):
-    """Each part in turn, given min(its budget, what is left of `total_budget_s`): {name: entry}."""
+def run_parts(parts, context, total_budget_s=TOTAL_BUDGET_S, runner=run_part, on_done=None):
+    """Each part in turn, given min(its budget, what is left of `total_budget_s`): {name: entry}.
+    `on_done(name, entry)` is called after each part (the command line prints a progress line)."""
     start, entries = time.monotonic(), {}
     for part in parts:
         left = total_budget_s - (time.monotonic() - start)
         entries[part.name] = {"title": part.title, **runner(part, context, round(min(part.budget_s, left), 1))}
+        if on_done:
+            on_done(part.name, entries[part.name])
     return entries
+
+
+def _progress(name, entry):
+    why = entry.get("reason") or entry.get("error") or ""
+    print(f"[gpu-check] {name}: {entry['status']} in {entry.get('seconds', 0):g} s {why}".rstrip(), flush=True)
 
 
 def file_name(date, gpu):
@@ -170,13 +178,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
     from ortlab.benchmarks.gpu_record import summary
 
-    entries = run_parts(_select(args.parts), Context(dry_run=args.dry_run), args.budget)
+    entries = run_parts(_select(args.parts), Context(dry_run=args.dry_run), args.budget, on_done=_progress)
     record = build_record(entries, args.dry_run)
     path = None
-    if args.out or not args.dry_run:
+    if args.out or (record["gpu"] and not args.dry_run):
         path = write_record(record, args.out or RECORDS)
     print(summary(record))
-    print(f"record: {path}" if path else "record: not written (dry run without --out)")
+    print(f"record: {path}" if path else "record: not written to gpu_records/ "
+          + ("(a dry run)" if args.dry_run else "(no GPU was found)") + "; --out DIR writes it anyway")
     return record
 
 

@@ -64,10 +64,20 @@ def nvcc_compile(text, arch):
             "seconds": None}
 
 
+def use_cuda_home(home="/usr/local/cuda"):
+    """Point NVRTC's and ptxas's search at the image's toolkit (CUDA_HOME, PATH) when it is there and
+    unset: the GPU image's torch wheels may hold neither in the folders ortlab.cuda looks at first."""
+    if os.path.isdir(home):
+        os.environ.setdefault("CUDA_HOME", home)
+        if os.path.join(home, "bin") not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = os.environ.get("PATH", "") + os.pathsep + os.path.join(home, "bin")
+
+
 def compile_all(arch):
     """Every registered source compiled for `arch`: {source name: compile_source(...)}."""
     from ortlab.cuda import kernels
 
+    use_cuda_home()
     return {name: compile_source(kernels.source(name), arch) for name in kernels.SOURCES}
 
 
@@ -163,7 +173,7 @@ def compare_occupancy(resources, arch, driver_blocks, block_sizes=BLOCK_SIZES, d
 def _checked(result, call):
     """cuda-bindings returns (error, *values): the values, or RuntimeError naming the call and the error."""
     error, *values = result
-    if int(error) != 0:
+    if int(getattr(error, "value", error)) != 0:
         raise RuntimeError(f"{call} returned {error!r}")
     return values[0] if len(values) == 1 else tuple(values)
 

@@ -43,7 +43,8 @@ def _cuda_bindings_versions():
 
     def as_text(result):
         error, value = result
-        return f"{value // 1000}.{value % 1000 // 10}" if int(error) == 0 else f"error {error!r}"
+        ok = int(getattr(error, "value", error)) == 0
+        return f"{value // 1000}.{value % 1000 // 10}" if ok else f"error {error!r}"
     return {"CUDA driver API version (cudaDriverGetVersion)": as_text(runtime.cudaDriverGetVersion()),
             "CUDA runtime version (cudaRuntimeGetVersion)": as_text(runtime.cudaRuntimeGetVersion()),
             "cuDriverGetVersion": as_text(driver.cuDriverGetVersion())}
@@ -60,13 +61,15 @@ def part_device(context):
         raise Skip("torch sees no CUDA GPU (torch.cuda.is_available() is False)")
     props = torch.cuda.get_device_properties(0)
     major, minor = torch.cuda.get_device_capability(0)
-    driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    versions = _cuda_bindings_versions()
+    driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]) \
+        or f"CUDA driver API {versions.get('CUDA driver API version (cudaDriverGetVersion)')}"
     facts = {"name": torch.cuda.get_device_name(0), "arch": f"sm_{major}{minor}",
              "compute capability": f"{major}.{minor}", "SMs": props.multi_processor_count,
              "memory GiB": round(props.total_memory / 2**30, 1),
              "L2 MiB": round(getattr(props, "L2_cache_size", 0) / 2**20, 1) or None,
              "driver": driver, "cuda runtime": torch.version.cuda, "torch CUDA build": torch.version.cuda,
-             **_cuda_bindings_versions(), "nvcc": _run(["nvcc", "--version"]), "packages": packages}
+             **versions, "nvcc": _run(["nvcc", "--version"]), "packages": packages}
     try:
         from ortlab.cuda import nvrtc
         facts["NVRTC (ortlab.cuda)"] = ".".join(map(str, nvrtc.version()))
@@ -148,9 +151,9 @@ def part_matmul(context, n=MATMUL_N):
 
 
 register_part(Part("device", "(a) device facts", part_device, 30))
-register_part(Part("cuda_kernels", "(b) CUDA C++ kernels on the GPU vs numpy", part_cuda_kernels, 75))
-register_part(Part("triton_kernels", "(c) Triton kernels compiled vs numpy, bandwidth", part_triton_kernels, 100))
+register_part(Part("cuda_kernels", "(b) CUDA C++ kernels on the GPU vs numpy", part_cuda_kernels, 70))
+register_part(Part("triton_kernels", "(c) Triton kernels compiled vs numpy, bandwidth", part_triton_kernels, 115))
 register_part(Part("runtime_api", "(d) runtime calls: measured host waits vs ortlab.cuda.runtime", part_runtime_api,
-                   50))
+                   40))
 register_part(Part("occupancy", "(e) occupancy: driver vs ortlab.cuda.occupancy", part_occupancy, 45))
 register_part(Part("matmul", "(f) fp32 / tf32 / bf16 matmul throughput", part_matmul, 60))

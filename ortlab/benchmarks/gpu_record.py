@@ -1,6 +1,7 @@
 """The records `make gpu-check` writes to gpu_records/, read back for notebooks and the summary.
 
-    latest(folder=RECORDS)   the newest record by its `date` (dry runs and unreadable files ignored), or None
+    latest(folder=RECORDS)   the newest record by its `date` (dry runs, runs without a GPU and unreadable
+                             files ignored), or None
     summary(record)          a few lines: "measured on <GPU>, <date>", then each part's status
     table(record, part)      one part's rows as an ortlab.viz Table, labelled with the GPU and the date
 
@@ -27,10 +28,10 @@ def load(path):
 
 def latest(folder=RECORDS):
     """The newest record in `folder` by its `date` field (ISO UTC, so text order is time order);
-    dry runs are skipped; None when there is none."""
+    dry runs and runs that found no GPU are skipped; None when there is none."""
     folder = Path(folder)
-    records = [r for r in (load(p) for p in sorted(folder.glob("*.json"))) if r and not r.get("dry_run")] \
-        if folder.is_dir() else []
+    records = [r for r in (load(p) for p in sorted(folder.glob("*.json")))
+               if r and r.get("gpu") and not r.get("dry_run")] if folder.is_dir() else []
     return max(records, key=lambda r: str(r["date"]), default=None)
 
 
