@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ortlab.labs import lab07
+from ortlab.labs import lab07, rank_jobs
 from ortlab.labs.judges import lab07 as judge07
 
 
@@ -241,21 +241,21 @@ def test_job_source_carries_imports_constants_and_helpers():
     ({}, "give the functions"),
 ])
 def test_job_source_bad_input(kwargs, words):
-    with pytest.raises(lab07.Lab07Error, match=words.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(lab07.RankJobError, match=words.replace("(", r"\(").replace(")", r"\)")):
         lab07.job_source(**kwargs)
 
 
 def test_run_checks_bad_input_and_stubs_need_no_launch(tmp_path):
-    with pytest.raises(lab07.Lab07Error, match="as keywords"):
+    with pytest.raises(lab07.RankJobError, match="as keywords"):
         judge07.run_checks(ring=ring_right)
     results = judge07.run_checks(ring_all_reduce=uses_list, zero1_step="x")
     assert results["ring_all_reduce"].status == "fail" and "SCALES" in results["ring_all_reduce"].message
     assert results["zero1_step"].status == "fail" and "must be a function" in results["zero1_step"].message
     (tmp_path / "lab07_job.py").write_text("mine")
-    with pytest.raises(lab07.Lab07Error, match="never overwrites"):
-        lab07.write_job(str(tmp_path), ring_all_reduce=ring_right)
+    with pytest.raises(lab07.RankJobError, match="never overwrites"):
+        rank_jobs.write_job(str(tmp_path), ring_all_reduce=ring_right)
     assert (tmp_path / "lab07_job.py").read_text() == "mine"
-    with pytest.raises(lab07.Lab07Error, match="never overwrites"):
+    with pytest.raises(lab07.RankJobError, match="never overwrites"):
         lab07.save_job_script("x", str(tmp_path / "lab07_job.py"))
 
 
@@ -273,9 +273,9 @@ def test_adam_update_is_torchs_adam_on_a_shard():
         lab07.adam_update(flat[5:], g[5:], other)
     assert torch.allclose(flat, p.detach(), atol=1e-7)
     assert state["exp_avg"].shape == (5,)
-    with pytest.raises(lab07.Lab07Error, match="same size|of the same elements"):
+    with pytest.raises(lab07.RankJobError, match="same size|of the same elements"):
         lab07.adam_update(flat[:5], g[:4], {})
-    with pytest.raises(lab07.Lab07Error, match="must be a dict"):
+    with pytest.raises(lab07.RankJobError, match="must be a dict"):
         lab07.adam_update(flat[:5], g[:5], [])
 
 
@@ -291,11 +291,11 @@ def test_job_script_and_torchrun_commands_bad_input(tmp_path):
     commands = lab07.torchrun_commands(str(tmp_path / "train_job.py"), nodes=2, procs_per_node=4)
     assert [c.split("--node-rank ")[1].split()[0] for c in commands] == ["0", "1"]
     assert all("--nproc-per-node 4" in c and c.endswith(" train_job.py") for c in commands)
-    with pytest.raises(lab07.Lab07Error, match="nodes must be a positive int"):
+    with pytest.raises(lab07.RankJobError, match="nodes must be a positive int"):
         lab07.torchrun_commands("x.py", nodes=0)
-    with pytest.raises(lab07.Lab07Error, match="steps must be a positive int"):
+    with pytest.raises(lab07.RankJobError, match="steps must be a positive int"):
         lab07.job_script(average_right, steps=True)
-    with pytest.raises(lab07.Lab07Error, match="does not divide over 3 ranks"):
+    with pytest.raises(lab07.RankJobError, match="does not divide over 3 ranks"):
         lab07.micro_batch(0, 0, 3)
-    with pytest.raises(lab07.Lab07Error, match="list of"):
+    with pytest.raises(lab07.RankJobError, match="list of"):
         judge07.run_many("ring")

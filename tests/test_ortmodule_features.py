@@ -15,6 +15,7 @@ from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
 from ortlab.models import TinyBert, TinyGPT, WithLossModule, get
 from ortlab.walkthroughs import ortmodule_feature_models as fm
+from ortlab.walkthroughs import ortmodule_input_features as oi
 from ortlab.walkthroughs import ortmodule_optimizations as of
 from ortlab.ortmodule.driver import op_counts, train
 
@@ -204,7 +205,7 @@ def test_checkpoint_losses_equal_torch(ckpt):
 
 @pytest.fixture(scope="module")
 def labels():
-    return of.label_sparsity(densities=(1.0, 0.6), steps=2)
+    return oi.label_sparsity(densities=(1.0, 0.6), steps=2)
 
 
 def test_label_sparsity_density_and_log(labels):
@@ -228,7 +229,7 @@ def test_label_sparsity_gathers_from_ort_dump(labels):
               if any("_original_module.model.lm_head.weight" in m.input and "_Grad" not in m.name
                      for m in readers[g.output[0]])]
     assert len(hidden) == 1  # one gather feeds lm_head's forward MatMul (fused to Gemm) directly
-    rows = {r["node"]: r for r in of.shrunken_gathers(sparse)}
+    rows = {r["node"]: r for r in oi.shrunken_gathers(sparse)}
     assert rows[hidden[0].name]["before lm_head MatMul"]
     assert rows[hidden[0].name]["filters"] == "hidden states"
     assert [r["filters"] for r in rows.values()].count("labels") == 1
@@ -243,7 +244,7 @@ def test_label_sparsity_losses_equal_torch(labels):
 
 @pytest.fixture(scope="module")
 def switches():
-    return of.sparsity_switches(0.6, steps=1, switches=("ENABLE_SPARSE_OPTIMIZER=0",
+    return oi.sparsity_switches(0.6, steps=1, switches=("ENABLE_SPARSE_OPTIMIZER=0",
                                                         "ENABLE_EMBEDDING_SPARSE_OPTIMIZER=0"))
 
 
@@ -275,7 +276,7 @@ def test_embedding_switch_turns_label_sparsity_off(switches, labels):
 
 @pytest.fixture(scope="module")
 def embedding():
-    return of.embedding_sparsity(pad_fraction=0.5, steps=2)
+    return oi.embedding_sparsity(pad_fraction=0.5, steps=2)
 
 
 def test_embedding_density_is_ort_own_and_cpu_returns_early(embedding):
@@ -316,7 +317,7 @@ def test_masked_bert_is_tinybert_with_an_additive_mask():
 
 @pytest.fixture(scope="module")
 def attention():
-    return of.efficient_attention(steps=2)
+    return oi.efficient_attention(steps=2)
 
 
 def test_efficient_attention_rewrite_by_hand(attention):
@@ -349,26 +350,26 @@ def test_efficient_attention_kernel_missing_on_cpu(attention):
 
 
 @pytest.mark.parametrize("call", [
-    lambda: of.compare_feature("fused_adam"),
-    lambda: of.compare_feature(3),
-    lambda: of.compare_feature("label_sparsity", density=0.5),
-    lambda: of.compare_feature("checkpointing", layers=9),
+    lambda: oi.compare_feature("fused_adam"),
+    lambda: oi.compare_feature(3),
+    lambda: oi.compare_feature("label_sparsity", density=0.5),
+    lambda: oi.compare_feature("checkpointing", layers=9),
     lambda: of.mem_efficient_grad("gpt"),
     lambda: of.mem_efficient_grad(model=None),
     lambda: of.custom_autograd(steps=0),
     lambda: of.custom_autograd(steps="2"),
     lambda: of.custom_autograd(steps=True),
-    lambda: of.label_sparsity(densities="0.5"),
-    lambda: of.label_sparsity(densities=()),
-    lambda: of.label_sparsity(densities=(0.0,)),
-    lambda: of.label_sparsity(densities=(1.5,)),
-    lambda: of.sparsity_switches(switches=("ENABLE_TURBO=1",)),
-    lambda: of.sparsity_switches(switches="(default)"),
-    lambda: of.embedding_sparsity(pad_fraction=1.0),
-    lambda: of.embedding_sparsity(pad_fraction="half"),
-    lambda: of.efficient_attention(steps=11),
-    lambda: of.ort_embedding_density("model", ()),
-    lambda: of.ort_embedding_density(TinyGPT(), (), device="tpu"),
+    lambda: oi.label_sparsity(densities="0.5"),
+    lambda: oi.label_sparsity(densities=()),
+    lambda: oi.label_sparsity(densities=(0.0,)),
+    lambda: oi.label_sparsity(densities=(1.5,)),
+    lambda: oi.sparsity_switches(switches=("ENABLE_TURBO=1",)),
+    lambda: oi.sparsity_switches(switches="(default)"),
+    lambda: oi.embedding_sparsity(pad_fraction=1.0),
+    lambda: oi.embedding_sparsity(pad_fraction="half"),
+    lambda: oi.efficient_attention(steps=11),
+    lambda: oi.ort_embedding_density("model", ()),
+    lambda: oi.ort_embedding_density(TinyGPT(), (), device="tpu"),
     lambda: of.custom_autograd_support("yes").__enter__(),
 ])
 def test_bad_input_is_a_feature_error(call):
@@ -425,7 +426,7 @@ def test_recompute_losses_equal_torch(recomputed):
     want = reference_losses(module, batches, 2)
     for label, run in recomputed.runs.items():
         assert diff(run.losses, want) <= TOL, label
-    assert recomputed.losses_equal() and "recompute" in of.FEATURES
+    assert recomputed.losses_equal() and "recompute" in oi.FEATURES
 
 
 def test_recompute_bad_model():
