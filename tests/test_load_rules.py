@@ -116,3 +116,19 @@ def test_contrib_ops_of_the_right_arity_load_in_both(build):
     m = build()
     assert ort_refusal(m) is None
     ortlab_load(m)
+
+
+def test_a_reshape_whose_computed_shape_holds_two_minus_ones_loads_as_in_ort():
+    """Reshape(x, Concat(dim 0, dim 1, [-1, -1])): ORT 1.19.2 loads it (the Reshape fails only when it
+    runs); ortlab's load check used ONNX's data propagation, which refuses it, and said ORT refuses it."""
+    dims = [h("Shape", ["x"], ["s"]), h("Gather", ["s", "i0"], ["g0"], axis=0),
+            h("Gather", ["s", "i1"], ["g1"], axis=0), h("Unsqueeze", ["g0", "ax"], ["u0"]),
+            h("Unsqueeze", ["g1", "ax"], ["u1"]),
+            h("Concat", ["u0", "u1", "c"], ["shape"], axis=0), h("Reshape", ["x", "shape"], ["y"])]
+    graph = helper.make_graph(dims, "case", [helper.make_tensor_value_info("x", F, ["B", "S", 8])],
+                              [helper.make_tensor_value_info("y", F, None)],
+                              [numpy_helper.from_array(np.asarray(v, np.int64), n)
+                               for n, v in (("i0", 0), ("i1", 1), ("ax", [0]), ("c", [-1, -1]))])
+    m = make_model(graph, opset=17, domains=())
+    assert ort_refusal(m) is None
+    ortlab_load(m)

@@ -491,7 +491,9 @@ class Graph:
         bad attribute values and mismatched types fail, naming the node.
 
         Declared shapes of non-input values are left out first: where ONNX's inference
-        disagrees with them, ORT warns and merges leniently (graph.cc, MergeShapeInfo)."""
+        disagrees with them, ORT warns and merges leniently (graph.cc, MergeShapeInfo). No data
+        propagation here: ORT 1.19.2 loads a Reshape whose computed target holds two -1 (and fails
+        only when it runs), which ONNX's data propagation refuses."""
         model = self.to_model()
         g = model.graph
         by_outputs = {(n.op_type, tuple(n.output_names)): n for n in self.nodes()}
@@ -503,7 +505,7 @@ class Graph:
             if vi.type.HasField("tensor_type"):
                 vi.type.tensor_type.ClearField("shape")
         try:
-            shape_inference.infer_shapes(model, strict_mode=True, check_type=True, data_prop=True)
+            shape_inference.infer_shapes(model, strict_mode=True, check_type=True, data_prop=False)
         except Exception as exc:
             text = str(exc)
             match = re.search(r"\(op_type:([^,]*), node name: (__ortlab_node_\d+)\): (.*)", text)
