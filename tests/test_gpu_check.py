@@ -170,10 +170,11 @@ def test_occupancy_comparison_with_a_fake_driver_answer():
 
 
 def test_cuda_bindings_errors_name_the_call():
-    assert gpu_cuda._checked((0, 7), "cuX") == 7
-    assert gpu_cuda._checked((0, 1, 2), "cuX") == (1, 2)
+    assert gpu_cuda.checked((0, 7), "cuX") == 7
+    assert gpu_cuda.checked((0, 1, 2), "cuX") == (1, 2)
+    assert gpu_cuda.checked((0,), "cuX") == ()
     with pytest.raises(RuntimeError, match="cuModuleLoadData returned 200"):
-        gpu_cuda._checked((200, None), "cuModuleLoadData")
+        gpu_cuda.checked((200, None), "cuModuleLoadData")
 
 
 # ---- the CUDA kernel cases: the CPU runner against the same numpy references --------------------
@@ -229,7 +230,7 @@ class FakeRuntime:
     WAITS = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaMalloc"}
 
     def __init__(self):
-        self.busy_until, self.nbytes, self.event = 0.0, 64, object()
+        self.busy_until, self.nbytes, self.event, self.dev = 0.0, 64, object(), 0
         self.torch = type("torch", (), {"empty": staticmethod(lambda *a, **k: None),
                                         "cuda": type("cuda", (), {"empty_cache": staticmethod(lambda: None)})})
 
@@ -254,6 +255,7 @@ class FakeRuntime:
 def test_runtime_harness_measures_host_waits_and_sets_them_beside_the_model():
     rows = {r["call"]: r for r in gpu_runtime.compare_waits(FakeRuntime(), busy_ms=30.0)}
     assert len(rows) == len(gpu_runtime.scenarios()) == 20
+    assert not any("error" in r for r in rows.values())
     sync = rows["cudaDeviceSynchronize"]
     assert sync["host waited"] and sync["model says host waits"] and sync["agree"]
     assert sync["host ms (measured)"] >= 15
@@ -262,6 +264,13 @@ def test_runtime_harness_measures_host_waits_and_sets_them_beside_the_model():
     # the fake runtime's cudaMemcpyAsync from pageable memory returns at once; the model says it waits
     pageable = rows["cudaMemcpyAsync H2D from pageable"]
     assert (pageable["host waited"], pageable["model says host waits"], pageable["agree"]) == (False, True, False)
+
+
+def test_idle_costs_time_each_call_until_it_returns_and_until_its_work_is_done():
+    rows = {r["call"]: r for r in gpu_runtime.idle_costs(FakeRuntime(), repeat=2)}
+    assert len(rows) == 20 and not any("error" in r for r in rows.values())
+    assert rows["cudaMemcpy H2D from pinned"]["GB/s"] > 0 and rows["cudaMemset (device memory)"]["GB/s"] is None
+    assert all(r["done after ms"] >= r["returns after ms"] for r in rows.values())
 
 
 def test_the_model_side_follows_the_runtime_api_synchronization_rules():

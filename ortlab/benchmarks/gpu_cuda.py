@@ -170,7 +170,7 @@ def compare_occupancy(resources, arch, driver_blocks, block_sizes=BLOCK_SIZES, d
     return rows, mismatches
 
 
-def _checked(result, call):
+def checked(result, call):
     """cuda-bindings returns (error, *values): the values, or RuntimeError naming the call and the error."""
     error, *values = result
     if int(getattr(error, "value", error)) != 0:
@@ -191,27 +191,27 @@ class DriverModule:
         import numpy as np
 
         self.driver = d = driver_api()
-        _checked(d.cuInit(0), "cuInit")
-        device = _checked(d.cuDeviceGet(0), "cuDeviceGet")
-        self.context = _checked(d.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
-        _checked(d.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+        checked(d.cuInit(0), "cuInit")
+        device = checked(d.cuDeviceGet(0), "cuDeviceGet")
+        self.context = checked(d.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
+        checked(d.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
         self.image = np.frombuffer(cubin, np.uint8).copy()
-        self.module = _checked(d.cuModuleLoadData(self.image.ctypes.data), "cuModuleLoadData")
+        self.module = checked(d.cuModuleLoadData(self.image.ctypes.data), "cuModuleLoadData")
         self.functions = {}
 
     def function(self, name):
         if name not in self.functions:
-            self.functions[name] = _checked(self.driver.cuModuleGetFunction(self.module, name.encode()),
+            self.functions[name] = checked(self.driver.cuModuleGetFunction(self.module, name.encode()),
                                             "cuModuleGetFunction")
         return self.functions[name]
 
     def blocks_per_sm(self, name, block, dynamic):
-        return int(_checked(self.driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        return int(checked(self.driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
             self.function(name), block, dynamic), "cuOccupancyMaxActiveBlocksPerMultiprocessor"))
 
     def attribute(self, name, attribute):
         kind = getattr(self.driver.CUfunction_attribute, attribute)
-        return int(_checked(self.driver.cuFuncGetAttribute(kind, self.function(name)), "cuFuncGetAttribute"))
+        return int(checked(self.driver.cuFuncGetAttribute(kind, self.function(name)), "cuFuncGetAttribute"))
 
 
 def part_occupancy(context):

@@ -8,7 +8,7 @@ import shutil
 import statistics
 import subprocess
 
-from ortlab.benchmarks.gpu_cuda import part_cuda_kernels, part_occupancy
+from ortlab.benchmarks.gpu_cuda import part_cuda_kernels, part_occupancy, use_cuda_home
 from ortlab.benchmarks.gpu_registry import Part, Skip, dry_run_stop, register_part
 from ortlab.benchmarks.gpu_runtime import part_runtime_api
 
@@ -72,6 +72,8 @@ def part_device(context):
              **versions, "nvcc": _run(["nvcc", "--version"]), "packages": packages}
     try:
         from ortlab.cuda import nvrtc
+
+        use_cuda_home()
         facts["NVRTC (ortlab.cuda)"] = ".".join(map(str, nvrtc.version()))
     except Exception as error:  # noqa: BLE001 - a fact that cannot be read is recorded as such
         facts["NVRTC (ortlab.cuda)"] = f"not loadable: {error}"

@@ -5,7 +5,9 @@ reference's ordering rules).
 Each scenario queues a busy kernel of about BUSY_MS on the legacy default stream (torch.cuda._sleep,
 torch's default stream being stream 0), then times one runtime call on the host (time.perf_counter):
 a call that returns only after the busy kernel took about BUSY_MS, one that returns at once took
-microseconds. The same steps run on the model; `agree` says whether both wait. The calls go through
+microseconds. The same steps run on the model; `agree` says whether both wait. Each call is also
+timed on an idle GPU (cudaMalloc + cudaFree against the caching allocator, cudaMemcpy against
+cudaMemcpyAsync from pageable and pinned memory, memset against memsetAsync). The calls go through
 cuda-bindings' runtime API (cudaMalloc, cudaMemcpy...), the caching allocator through torch. A
 timeline of one pipelined step (H2D copy, kernel, D2H copy, host work, synchronize) is measured
 (host lane: perf_counter; stream lane: cudaEventRecord before and after each operation) and replayed
@@ -14,6 +16,7 @@ on the model with the measured durations, in the rows format of `Device.table()`
 import statistics
 import time
 
+from ortlab.benchmarks.gpu_cuda import checked
 from ortlab.benchmarks.gpu_registry import dry_run_stop
 
 BUSY_MS = 20.0
@@ -44,10 +47,9 @@ class CudaRuntime:
         self.cycles_per_ms = self._calibrate()
 
     def call(self, name, *args):
-        error, *values = getattr(self.rt, name)(*args)
-        if int(error) != 0:
-            raise RuntimeError(f"{name} returned {error!r}")
-        return values[0] if len(values) == 1 else tuple(values) if values else None
+        """cudaXxx(*args) through cuda-bindings: its values (None when it returns only the error)."""
+        value = checked(getattr(self.rt, name)(*args), name)
+        return None if isinstance(value, tuple) and not value else value
 
     def _calibrate(self):
         torch = self.torch
@@ -176,6 +178,35 @@ def measure_wait_ms(api, scenario, busy_ms=BUSY_MS, repeat=REPEAT):
     return statistics.median(times)
 
 
+def idle_costs(api, repeat=5):
+    """Each scenario's call on an idle GPU: median host ms until it returns, and until its work is done
+    (the call, then cudaDeviceSynchronize); GB/s of the copies by the second (NBYTES per call)."""
+    rows = []
+    for scenario in scenarios():
+        returns, done = [], []
+        try:
+            for _ in range(repeat):
+                api.synchronize()
+                if scenario["before"] is not None:
+                    scenario["before"](api)
+                    api.synchronize()
+                if scenario["after_busy"]:
+                    api.call("cudaEventRecord", api.event, 0)
+                start = time.perf_counter()
+                scenario["measure"](api)
+                returns.append((time.perf_counter() - start) * 1e3)
+                api.synchronize()
+                done.append((time.perf_counter() - start) * 1e3)
+        except Exception as error:  # noqa: BLE001 - one call's failure is a row, the others still run
+            rows.append({"call": scenario["call"], "error": f"{type(error).__name__}: {error}"})
+            continue
+        ms = statistics.median(done)
+        copy = "Memcpy" in scenario["call"]
+        rows.append({"call": scenario["call"], "returns after ms": round(statistics.median(returns), 4),
+                     "done after ms": round(ms, 4), "GB/s": round(NBYTES / (ms * 1e-3) / 1e9, 1) if copy else None})
+    return rows
+
+
 def compare_waits(api, busy_ms=BUSY_MS):
     """Rows {call, host ms (measured), host waited, model waits ms, model says host waits, agree}."""
     rows = []
@@ -253,6 +284,7 @@ def part_runtime_api(context):
     try:
         api.event = api.call("cudaEventCreate")
         rows = compare_waits(api)
+        idle = idle_costs(api)
         measured, steps = measured_timeline(api)
         modelled = model_timeline(steps)
         start, end = api.torch.cuda.Event(enable_timing=True), api.torch.cuda.Event(enable_timing=True)
@@ -266,6 +298,7 @@ def part_runtime_api(context):
     differ = [r["call"] for r in rows if r["agree"] is False]
     return {"nbytes per copy": NBYTES, "busy kernel": "torch.cuda._sleep on the legacy default stream",
             "cycles per ms": round(api.cycles_per_ms), "rows": rows, "mismatches": differ,
+            "idle GPU: cost of each call": idle,
             "checks": {"passed": sum(r["agree"] is True for r in rows), "total": len(rows)},
             "cudaEventElapsedTime across a busy kernel of 20 ms asked (ms)": round(elapsed, 3),
             "timeline (measured)": measured, "timeline (model, measured durations)": modelled}
