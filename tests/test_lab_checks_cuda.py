@@ -181,6 +181,22 @@ def test_layer_norm_grad_mistakes_get_their_own_message(source, words):
     assert status == "fail" and words in message, message
 
 
+@pytest.mark.parametrize("source, grid, words", [
+    (GELU.replace("if (i < n) {", "while (i >= 0) {"), ceil_blocks, "the kernel never finished on the CPU runner"),
+    (GELU.replace("const float v = x[i];", "extern __shared__ float s[]; s[threadIdx.x] = x[i]; const float v = "
+                                           "s[threadIdx.x];"),
+     ceil_blocks, "s[0] is out of bounds (s has 0 elements): the lab launches with no dynamic shared memory"),
+    (GELU, lambda n: 2**31 - 1, "returned 2147483647 blocks of 256 threads for 1024 elements: 4 cover them all"),
+    (GELU.replace("int n) {", "int n) {\0"), ceil_blocks, "it cannot be compiled for sm_80: source holds a NUL"),
+    (GELU, lambda n: "4", "gelu_grad_grid(1024) returned '4'"),
+    (GELU, lambda n: 1 / 0, "gelu_grad_grid(1024) raised ZeroDivisionError"),
+], ids=["endless-loop", "dynamic-shared", "huge-grid", "nul-character", "grid-a-str", "grid-raises"])
+def test_hostile_gelu_grad_inputs_end_in_a_message(source, grid, words, monkeypatch):
+    monkeypatch.setattr(lab10, "TIMEOUT", 2.0)
+    status, message = gelu_verdict(source, grid)
+    assert status == "fail" and words in message, message
+
+
 def test_a_stubbed_exercise_is_not_done():
     def stub():
         raise NotImplementedError("exercise 'layer_norm_grad' is not done yet: replace this line with your solution")
@@ -200,7 +216,8 @@ def test_lab_module_holds_no_reference():
 
 
 def test_the_lab_says_where_the_kernels_ran():
-    assert lab10.where_it_ran().startswith("GPU: " if gpu.available() else "CPU path: no GPU here")
+    assert lab10.where_it_ran().startswith("GPU: " if lab10.gpu_usable() else "CPU path: no GPU here")
+    assert lab10.gpu_usable() == (gpu.available() and gpu.device_arch() in cuda.ARCHS)
 
 
 def test_the_solution_notebook_has_both_exercises_and_their_checks():

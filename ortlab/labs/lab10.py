@@ -26,6 +26,7 @@ ARCHS = ("sm_80", "sm_90")
 BLOCK = 256       # GeluGrad: threads per block (the learner's grid function picks the blocks)
 LN_BLOCK = 128    # LayerNormalizationGrad: one block of LN_BLOCK threads per row (the checks vary it)
 EPSILON = 1e-5
+TIMEOUT = 20.0    # seconds one CPU-runner launch may take
 GELU = ("gelu_grad", (("dy", "const float", True), ("x", "const float", True), ("dx", "float", True),
                       ("n", "int", False)))
 LN_GRAD = ("layer_norm_grad_dx", (("dy", "const float", True), ("x", "const float", True),
@@ -90,7 +91,7 @@ def compiled(source, kernel, archs=ARCHS):
     found = {}
     for arch in archs:
         try:
-            result = cuda.compile(source, arch)
+            result = _compile(source, arch)
         except cuda.CudaCompileError as exc:
             raise CheckFailed(f"NVRTC cannot compile it for {arch}: {str(exc)[:400]}") from None
         if result.kernels is None:
@@ -107,6 +108,15 @@ def compiled(source, kernel, archs=ARCHS):
     return found
 
 
+def _compile(source, arch):
+    try:
+        return cuda.compile(source, arch)
+    except cuda.CudaCompileError:
+        raise
+    except OrtlabError as exc:  # e.g. a NUL character in the text, or ptxas failing
+        raise CheckFailed(f"it cannot be compiled for {arch}: {str(exc)[:400]}") from None
+
+
 def cpu_build(source, kernel):
     """The CpuKernel of the learner's kernel; CheckFailed when g++ cannot build it for the CPU runner."""
     try:
@@ -121,6 +131,9 @@ def runner_message(error):
     if "is out of bounds for type" in text:  # a fixed-size array (shared or local), GCC's bounds check
         return (f"an index past a fixed-size array: {text.split('stopped: ', 1)[-1]}. The checks launch 32 to "
                 "256 threads per block: size shared arrays for the largest block (or by blockDim.x)")
+    if "has 0 elements)" in text:
+        return (f"{text.split('stopped: ', 1)[-1]}: the lab launches with no dynamic shared memory "
+                "(extern __shared__ arrays are empty); declare a fixed-size __shared__ array")
     if "is out of bounds" in text:
         return (f"no bounds check: {text.split('stopped: ', 1)[-1]}. A thread whose index is past the end must "
                 "not read or write: guard the access with `if (i < n)` (or loop while c < cols)")
@@ -140,7 +153,7 @@ def launch_cpu(kernel, grid, block, *args, schedule="forward"):
     """Run the CpuKernel with `args` (their outputs already NaN-filled by the caller); CheckFailed with
     runner_message when the runner stops it."""
     try:
-        cuda.launch(kernel, grid, block, *args, schedule=schedule, timeout=20.0)
+        cuda.launch(kernel, grid, block, *args, schedule=schedule, timeout=TIMEOUT)
     except OrtlabError as exc:
         raise CheckFailed(runner_message(exc)) from None
 
@@ -160,6 +173,9 @@ def grid_blocks(grid_fn, n):
         raise CheckFailed(f"gelu_grad_grid({n}) raised {type(exc).__name__}: {exc}") from None
     if isinstance(blocks, bool) or not isinstance(blocks, (int, np.integer)) or blocks < 1:
         raise CheckFailed(f"gelu_grad_grid({n}) returned {blocks!r}: return the number of blocks, an int >= 1")
+    if blocks > -(-n // BLOCK) + 1024:
+        raise CheckFailed(f"gelu_grad_grid({n}) returned {blocks} blocks of {BLOCK} threads for {n} elements: "
+                          f"{-(-n // BLOCK)} cover them all")
     return int(blocks)
 
 
@@ -191,15 +207,23 @@ def unwritten(out, what):
 
 
 # --- the GPU path -------------------------------------------------------------------------------------
+def gpu_usable():
+    """True when a GPU is here and ortlab.cuda knows its architecture (so it can compile for it)."""
+    return gpu.available() and gpu.device_arch() in cuda.ARCHS
+
+
 def gpu_run(source, kernel, grid, block, *args):
     """Launch the kernel compiled for this GPU on it (outputs written in place); OrtlabError without one."""
-    result = cuda.compile(source, gpu.device_arch())
-    gpu.run(source, kernel[0], result.cubin, grid, block, *args)
+    try:
+        result = cuda.compile(source, gpu.device_arch())
+        gpu.run(source, kernel[0], result.cubin, grid, block, *args)
+    except OrtlabError as exc:
+        raise CheckFailed(f"compiled for this GPU ({gpu.device_name()}), the launch failed: {exc}") from None
 
 
 def where_it_ran():
     """'GPU: <name>' when kernels also run compiled here, else the CPU path's label."""
-    if gpu.available():
+    if gpu_usable():
         return f"GPU: {gpu.device_name()} ({gpu.device_arch()}), compiled cubin"
     return "CPU path: no GPU here, the kernels ran on the CPU runner only (no compiled run, no timing)"
 
@@ -225,7 +249,7 @@ def gpu_table(gelu_source, gelu_grid, ln_source):
               "layer_norm_grad_dx": run_layer_norm_grad(ln_source, r, c, b)}
     for name, cpu in cpu_dx.items():
         row = {"kernel": name, "ran on": where_it_ran()}
-        if gpu.available():
+        if gpu_usable():
             if name == "gelu_grad":
                 dy, x = gelu_inputs(n)
                 dx = nan_filled(x)

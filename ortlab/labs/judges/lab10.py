@@ -15,10 +15,9 @@ right (a wrong reduction), and elements no thread wrote (a grid too small, or a 
 """
 import numpy as np
 
-from ortlab.cuda import gpu
 from ortlab.labs.checks import CheckFailed, call_learner, compare
 from ortlab.labs.lab10 import (BLOCK, GELU, LN_GRAD, SEEN_LN, SEEN_N, compiled, cpu_build, gelu_inputs,
-                               grid_blocks, gpu_run, layer_norm_inputs, nan_filled, run_gelu_grad,
+                               grid_blocks, gpu_run, gpu_usable, layer_norm_inputs, nan_filled, run_gelu_grad,
                                run_layer_norm_grad, source_text, check_signature, unwritten)
 from ortlab.labs.remote import function
 from ortlab.session import run_node
@@ -76,7 +75,7 @@ def gelu_grad(remote, source_fn, grid_fn):
         if reason:
             return (f"{label}, compared with ORT's GeluGrad: {reason}. dx = dy * (Phi(x) + x * phi(x)), "
                     "Phi(x) = 0.5 * (1 + erff(x * M_SQRT1_2)), phi(x) = expf(-0.5 * x * x) / sqrt(2 pi)")
-        if gpu.available():
+        if gpu_usable():
             reason = _gpu_gelu(source, blocks, n)
             if reason:
                 return f"{label}, compiled on the GPU: {reason}"
@@ -125,7 +124,7 @@ def layer_norm_case(source, kernel, rows, cols, block):
     reason = compare(forward, expected, what="dx", **LN_TOL)
     if reason:
         return _wrong_values(forward, inputs, reason)
-    if gpu.available():
+    if gpu_usable():
         dx = nan_filled(inputs[1])
         gpu_run(source, LN_GRAD, rows, block, *inputs, dx, rows, cols)
         reason = compare(dx, expected, what="dx", **LN_TOL)
