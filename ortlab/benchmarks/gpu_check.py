@@ -16,9 +16,10 @@ or crashing part does not stop the others:
 
 A part ends "ok" (its result, with any `mismatches` between the GPU and ortlab's reference or
 model), "failed" (the error's last line, and the traceback) or "skipped" (why: an import that failed,
-or `--dry-run`). The record goes to `gpu_records/<date>_<gpu>.json` (or `--out DIR`; without a GPU,
-only there); a summary is printed. `--dry-run` runs each part's CPU side (imports, inputs, references, models) and stops
-before the first device call; its record is marked `dry_run` and is never written to gpu_records/.
+or `--dry-run`). The record goes to `gpu_records/<date>_<gpu>.json` (or `--out DIR`; a run that found
+no GPU writes only there); a summary is printed. `--dry-run` runs each part's CPU side (imports,
+inputs, references, models) and stops before the first device call; its record is marked `dry_run`
+and is written only where `--out` says.
 """
 import argparse
 import datetime
@@ -58,14 +59,14 @@ def _error_line(error):
 def _outcome(part, context):
     """Run one part in this process: (status, payload) where payload is the result, the reason or the error."""
     try:
-        result = part.run(context)
+        result = _jsonable(part.run(context) or {})
     except Skip as why:
         return "skipped", {"reason": str(why)}
     except ImportError as error:
         return "skipped", {"reason": f"import failed: {_error_line(error)}"}
     except BaseException as error:  # noqa: BLE001 - a part's failure is recorded, never raised
         return "failed", {"error": _error_line(error), "traceback": traceback.format_exc()[-4000:]}
-    return "ok", {"result": _jsonable(result if result is not None else {})}
+    return "ok", {"result": result}
 
 
 def _child(part, context, connection):
@@ -84,7 +85,7 @@ def run_part(part, context, budget_s):
         return {"status": "skipped", "reason": "no time left in the run's total budget", "budget_s": 0}
     fork = multiprocessing.get_context("fork")
     receive, send = fork.Pipe(duplex=False)
-    process = fork.Process(target=_child, args=(part, context, send), daemon=True)
+    process = fork.Process(target=_child, args=(part, context, send))  # not daemonic: a part may fork
     start = time.monotonic()
     process.start()
     send.close()
