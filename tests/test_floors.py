@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ortlab"
 
 FLOORS = (
-    "errors", "ortlab", "env", "onnx_defs", "registry", "capture", "viz", "models",  # shared base
+    "errors", "ortlab", "patch", "env", "onnx_defs", "registry", "capture", "viz", "models",  # shared base
     "ops",           # what an op is: numpy references, ORT's contrib schemas, the kernel declaration table
     "ir",            # Graph, Node, NodeArg, orders, ORT-flavoured shape inference
     "session",       # the real onnxruntime.InferenceSession, observed

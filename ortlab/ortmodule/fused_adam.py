@@ -25,6 +25,7 @@ import torch
 
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
+from ortlab.patch import patched
 from ortlab.training.optimizers import OptimizerError, check_hyperparameters
 
 # multi_tensor_apply.cuh: how many tensors / blocks one launch's argument struct can describe,
@@ -208,24 +209,10 @@ def cpu_fused_ops():
     (FusedAdam.__init__'s overflow flag); both are removed on exit. Yields the CpuFusedOps."""
     package = quiet_import("onnxruntime.training.ortmodule.torch_cpp_extensions")
     stub = CpuFusedOps()
-    saved_module, saved_attr = sys.modules.get(FUSED_OPS), package.__dict__.get("fused_ops")
-    saved_int = torch.cuda.__dict__.get("IntTensor")
-    sys.modules[FUSED_OPS], package.fused_ops = stub, stub
-    torch.cuda.IntTensor = lambda data: torch.tensor(data, dtype=torch.int32)
-    try:
+    with patched(sys.modules, FUSED_OPS, stub), patched(package, "fused_ops", stub), \
+            patched(torch.cuda, "IntTensor", lambda data: torch.tensor(data, dtype=torch.int32)):
         yield stub
-    finally:
-        _restore(sys.modules, FUSED_OPS, saved_module)
-        _restore(package.__dict__, "fused_ops", saved_attr)
-        _restore(torch.cuda.__dict__, "IntTensor", saved_int)
 
-
-def _restore(namespace, key, value):
-    """Put `value` back under `key`, or remove the key when there was none."""
-    if value is None:
-        namespace.pop(key, None)
-    else:
-        namespace[key] = value
 
 
 def fused_adam_class():

@@ -9,10 +9,10 @@ disables it on every rank but 0 for levels >= INFO (warnings included).
 """
 import contextlib
 import copy
-import os
 import re
 
 from ortlab.errors import OrtlabError
+from ortlab.patch import environment
 from ortlab.ortmodule.driver import LINE_KINDS, LOG_LEVELS, OrtModuleError, train
 
 ENV = "ORTMODULE_LOG_LEVEL"
@@ -31,18 +31,8 @@ def log_level_env(value):
     """ORTMODULE_LOG_LEVEL=value inside the block (None: unset), restored afterwards."""
     if value is not None and not isinstance(value, str):
         raise LoggerError(f"the ORTMODULE_LOG_LEVEL value must be a str or None, not {type(value).__name__}")
-    saved = os.environ.get(ENV)
-    if value is None:
-        os.environ.pop(ENV, None)
-    else:
-        os.environ[ENV] = value
-    try:
+    with environment({ENV: value}):
         yield
-    finally:
-        if saved is None:
-            os.environ.pop(ENV, None)
-        else:
-            os.environ[ENV] = saved
 
 
 def count_lines(log):

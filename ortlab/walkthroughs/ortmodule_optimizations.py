@@ -28,6 +28,7 @@ import torch
 
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
+from ortlab.patch import patched
 from ortlab.models import get as get_model
 from ortlab.walkthroughs import ortmodule_feature_models as fm
 from ortlab.training.loop import train as torch_train
@@ -262,11 +263,8 @@ def mem_efficient_grad_fix():
         return original(exported_model, named_params, device)
 
     fixed.__doc__ = f"{original.__name__}, with a parameter's device when ORT passes a dict as device"
-    meg.post_processing_enable_mem_efficient_training = fixed
-    try:
+    with patched(meg, "post_processing_enable_mem_efficient_training", fixed):
         yield fixed
-    finally:
-        meg.post_processing_enable_mem_efficient_training = original
 
 
 def _io_names(model):

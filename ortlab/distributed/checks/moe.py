@@ -5,6 +5,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ortlab.patch import patched
 from ortlab.viz.tables import Table, within
 from ortlab.distributed.moe import DistributedMoE, MoE, MoEError
 
@@ -63,15 +64,12 @@ def _distributed_step(layer, data, target, aux_weight):
     x = data[layer.rank].clone().requires_grad_(True)
     forward_calls, backward_calls = [], []
     original = dist.all_to_all_single
-    dist.all_to_all_single = _counting_all_to_all(original, forward_calls)
-    try:
+    with patched(dist, "all_to_all_single", _counting_all_to_all(original, forward_calls)):
         out = layer(x)
         loss = _loss(out, target[layer.rank], layer.last_routing.aux_loss, world_size * tokens, world_size,
                      aux_weight)
-        dist.all_to_all_single = _counting_all_to_all(original, backward_calls)
+    with patched(dist, "all_to_all_single", _counting_all_to_all(original, backward_calls)):
         loss.backward()
-    finally:
-        dist.all_to_all_single = original
     layer.sync_router_grads()
     total = torch.tensor([loss.item()])
     dist.all_reduce(total)
