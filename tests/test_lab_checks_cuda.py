@@ -197,6 +197,58 @@ def test_hostile_gelu_grad_inputs_end_in_a_message(source, grid, words, monkeypa
     assert status == "fail" and words in message, message
 
 
+FORGED = r"""
+#ifndef __CUDACC__
+extern "C" int PyRun_SimpleString(const char*);
+__attribute__((constructor)) static void forge() {  // runs where the CPU runner's build is loaded
+  PyRun_SimpleString("import ortlab.labs.judges.lab10 as j; j.compare = lambda *a, **k: None");
+}
+#endif
+extern "C" __global__ void gelu_grad(const float* dy, const float* x, float* dx, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) dx[i] = 0.0f;
+}
+"""
+
+
+def test_host_code_in_the_source_is_refused():
+    status, message = gelu_verdict(FORGED)
+    assert status == "fail" and "the source holds host-side code (" in message, message
+
+
+def test_native_code_loaded_for_the_cpu_runner_cannot_change_the_verdict(monkeypatch):
+    """Past the screen, the learner's build is loaded only in a child process: its constructor, which
+    replaces the judge's comparison where it runs, leaves the grader's judge as it was (and dx = 0 fails).
+    Before the judge ran the CPU runner in a child, this forgery passed."""
+    import re
+
+    monkeypatch.setattr(judges, "HOST_CODE", re.compile("(?!x)x"))
+    status, message = gelu_verdict(FORGED)
+    assert status == "fail" and "compared with ORT's GeluGrad: dx: wrong values" in message, message
+    assert judges.compare is not None and judges.compare.__module__ == "ortlab.labs.checks"
+
+
+def test_grading_the_lab_runs_the_judges_in_the_grader(tmp_path):
+    """The lab with GeluGrad's bounds check left out and the solution's LayerNormGrad, graded in a fresh
+    kernel: the grader's own checks (the learner's functions called through the kernel) say which is which."""
+    from ortlab.labs import grade
+
+    nb = nbformat.read(ROOT / "labs" / "lab10_cuda_kernel.ipynb", as_version=4)
+    stub = "raise NotImplementedError(\"exercise '{}' is not done yet: replace this line with your solution\")"
+    for cell in nb.cells:
+        if stub.format("gelu_grad") in cell.source and "def gelu_grad_source" in cell.source:
+            cell.source = (f"def gelu_grad_source():\n    return {GELU.replace('if (i < n) {', '{')!r}\n\n\n"
+                           "def gelu_grad_grid(n):\n    return (n + BLOCK - 1) // BLOCK\n")
+        elif stub.format("layer_norm_grad") in cell.source:
+            cell.source = f"def layer_norm_grad_source():\n    return {LN!r}\n"
+    path = tmp_path / "lab10_cuda_kernel.ipynb"
+    nbformat.write(nb, path)
+    results, problem = grade.grade(path, timeout=300, solutions_dir=ROOT / "solutions")
+    verdicts = {r.exercise: (r.status, r.message) for r in results}
+    assert verdicts["layer_norm_grad"] == ("pass", ""), verdicts
+    assert verdicts["gelu_grad"][0] == "fail" and "for n = 1000: no bounds check" in verdicts["gelu_grad"][1], verdicts
+
+
 def test_a_stubbed_exercise_is_not_done():
     def stub():
         raise NotImplementedError("exercise 'layer_norm_grad' is not done yet: replace this line with your solution")

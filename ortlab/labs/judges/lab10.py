@@ -13,19 +13,33 @@ report), a barrier not every thread reaches, a result that changes with the orde
 between barriers (a missing __syncthreads), sums that are wrong while the rest of the formula is
 right (a wrong reduction), and elements no thread wrote (a grid too small, or a row not looped over).
 """
+import contextlib
+import json
+import os
+import re
+import select
+import signal
+import time
+
 import numpy as np
 
 from ortlab.labs.checks import CheckFailed, call_learner, compare
 from ortlab.labs.lab10 import (BLOCK, GELU, LN_GRAD, SEEN_LN, SEEN_N, compiled, cpu_build, gelu_inputs,
                                grid_blocks, gpu_run, gpu_usable, layer_norm_inputs, nan_filled, run_gelu_grad,
                                run_layer_norm_grad, source_text, check_signature, unwritten)
-from ortlab.labs.remote import function
+from ortlab.labs.remote import decode, encode, function
 from ortlab.session import run_node
 
 HIDDEN_N = (1, 255, 257, 4097, 12345)
 HIDDEN_LN = ((1, 33, 128), (37, 300, 64), (3, 1000, 256), (96, 64, 32), (5, 2, 128), (2, 2050, 256), (7, 515, 96))
 GELU_TOL = {"rtol": 1e-5, "atol": 1e-5}
 LN_TOL = {"rtol": 1e-4, "atol": 1e-4}
+CHILD_TIMEOUT = 300.0  # seconds for all of one exercise's CPU-runner launches
+# Host-side code has no place in a kernel's source, and is how native code would reach the process that
+# loads it: attributes (constructors), inline assembly, includes, Python's C API, the loader and processes.
+HOST_CODE = re.compile(r"__attribute__|\b(?:asm|__asm__)\b|^\s*#\s*include\b|__CUDACC__|\b_?Py[A-Z_]\w*|"
+                       r"\b(?:dlopen|dlsym|system|popen|fork|vfork|execv\w*|execl\w*|syscall|ptrace|kill)\s*\(",
+                       re.M)
 
 
 def ort_gelu_grad(dy, x):
@@ -41,15 +55,102 @@ def ort_layer_norm_dx(dy, x, scale, mean, inv_std):
 
 
 def learner_source(remote, source_fn, what):
-    """The learner's CUDA C++ text, from calling their function."""
-    return source_text(call_learner(function(remote, source_fn), what=what), what)
+    """The learner's CUDA C++ text, from calling their function, screened for host-side code."""
+    source = source_text(call_learner(function(remote, source_fn), what=what), what)
+    found = HOST_CODE.search(source)
+    if found:
+        raise CheckFailed(f"the source holds host-side code ({found.group(0).strip()!r}): this lab grades a "
+                          "kernel, device code only; remove it")
+    return source
 
 
 def prepared(source, kernel):
-    """The CpuKernel of a source that has the lab's signature and compiles without spills."""
+    """Check that a source has the lab's signature and compiles without spills (NVRTC + ptxas read it,
+    nothing of it runs here)."""
     check_signature(source, kernel)
     compiled(source, kernel)
-    return cpu_build(source, kernel)
+
+
+# --- the learner's native code runs in a child process -----------------------------------------------
+def isolated(fn, *args, timeout=CHILD_TIMEOUT):
+    """fn(*args) run in a forked child process, the only one that loads the learner's kernel as native
+    code (g++'s build for the CPU runner, dlopened there): whatever that code does at load or launch
+    stays in the child. The answer comes back as JSON data (remote.encode / remote.decode, which build
+    only plain values: nothing is unpickled here); a CheckFailed in the child comes back as its message."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer once, never return into the grader's code
+        try:
+            os.close(read_end)
+            try:
+                payload = {"ok": encode(fn(*args))}
+            except CheckFailed as exc:
+                payload = {"failed": str(exc)}
+            except BaseException as exc:
+                payload = {"failed": f"the CPU runner raised {type(exc).__name__}: {str(exc)[:300]}"}
+            with os.fdopen(write_end, "wb") as out:
+                out.write(json.dumps(payload).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    chunks, deadline = [], time.monotonic() + timeout
+    try:
+        while True:
+            ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise CheckFailed(f"the kernels did not finish on the CPU runner within {timeout:g} s")
+            chunk = os.read(read_end, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    try:
+        payload = json.loads(b"".join(chunks))
+        if "failed" in payload:
+            raise CheckFailed(str(payload["failed"])[:1000])
+        return decode(payload["ok"])
+    except CheckFailed:
+        raise
+    except Exception:
+        raise CheckFailed("the CPU runner's process ended without a usable answer (did the kernel end it?)") from None
+
+
+def _answer(result, shape):
+    """A child's dx for one launch: a float32 array of `shape`, or CheckFailed with the child's message."""
+    if isinstance(result, str):
+        raise CheckFailed(result)
+    if not isinstance(result, np.ndarray) or result.dtype != np.float32 or result.shape != shape:
+        raise CheckFailed("the CPU runner's process gave a malformed answer")
+    return result
+
+
+def _gelu_launches(source, blocks):
+    """In the child: [dx, or the message of its failure] for each (n, number of blocks)."""
+    kernel = cpu_build(source, GELU)
+    results = []
+    for n, count in blocks:
+        try:
+            results.append(run_gelu_grad(source, lambda _, count=count: count, n, kernel))
+        except CheckFailed as exc:
+            results.append(str(exc))
+    return results
+
+
+def _layer_norm_launches(source, cases):
+    """In the child: [[dx thread 0 first, dx last thread first], or the message of a failure] per case."""
+    kernel = cpu_build(source, LN_GRAD)
+    results = []
+    for rows, cols, block in cases:
+        try:
+            results.append([run_layer_norm_grad(source, rows, cols, block, kernel, schedule=schedule)
+                            for schedule in ("forward", "reverse")])
+        except CheckFailed as exc:
+            results.append(str(exc))
+    return results
 
 
 # --- exercise 1: GeluGrad ----------------------------------------------------------------------------
@@ -57,17 +158,23 @@ def gelu_grad(remote, source_fn, grid_fn):
     """Exercise 'gelu_grad': gelu_grad_source() is CUDA C++ for gelu_grad(dy, x, dx, n), launched on
     gelu_grad_grid(n) blocks of BLOCK threads; equal to ORT's GeluGrad on every n."""
     source = learner_source(remote, source_fn, "gelu_grad_source()")
-    kernel = prepared(source, GELU)
+    prepared(source, GELU)
     grid_fn = function(remote, grid_fn)
-    for n in SEEN_N + HIDDEN_N:
-        label = f"for n = {n}{' (a shape the notebook does not show)' if n not in SEEN_N else ''}"
-        blocks = grid_blocks(grid_fn, n)
+    blocks, grid_problem = [], None
+    for n in SEEN_N + HIDDEN_N:  # the grids first (the learner's code), up to the first wrong one
         try:
-            dx = run_gelu_grad(source, lambda _: blocks, n, kernel)
+            blocks.append((n, grid_blocks(grid_fn, n)))
+        except CheckFailed as exc:
+            grid_problem = exc
+            break
+    for (n, count), result in zip(blocks, isolated(_gelu_launches, source, blocks) if blocks else []):
+        label = f"for n = {n}{' (a shape the notebook does not show)' if n not in SEEN_N else ''}"
+        try:
+            dx = _answer(result, (n,))
         except CheckFailed as exc:
             raise CheckFailed(f"{label}: {exc}") from None
-        missing = unwritten(dx, f"the grid is too small: gelu_grad_grid({n}) = {blocks} block(s) of {BLOCK} "
-                                f"threads = {blocks * BLOCK} threads; launch ceil(n / BLOCK) = "
+        missing = unwritten(dx, f"the grid is too small: gelu_grad_grid({n}) = {count} block(s) of {BLOCK} "
+                                f"threads = {count * BLOCK} threads; launch ceil(n / BLOCK) = "
                                 f"{-(-n // BLOCK)} blocks (n // BLOCK drops the tail)")
         if missing:
             return f"{label}: {missing}"
@@ -76,9 +183,11 @@ def gelu_grad(remote, source_fn, grid_fn):
             return (f"{label}, compared with ORT's GeluGrad: {reason}. dx = dy * (Phi(x) + x * phi(x)), "
                     "Phi(x) = 0.5 * (1 + erff(x * M_SQRT1_2)), phi(x) = expf(-0.5 * x * x) / sqrt(2 pi)")
         if gpu_usable():
-            reason = _gpu_gelu(source, blocks, n)
+            reason = _gpu_gelu(source, count, n)
             if reason:
                 return f"{label}, compiled on the GPU: {reason}"
+    if grid_problem is not None:
+        raise grid_problem
     return None
 
 
@@ -94,12 +203,15 @@ def layer_norm_grad(remote, source_fn):
     """Exercise 'layer_norm_grad': layer_norm_grad_source() is CUDA C++ for layer_norm_grad_dx(...), one
     block per row; equal to ORT's LayerNormalizationGrad dX on every shape and block size."""
     source = learner_source(remote, source_fn, "layer_norm_grad_source()")
-    kernel = prepared(source, LN_GRAD)
-    for rows, cols, block in SEEN_LN + HIDDEN_LN:
+    prepared(source, LN_GRAD)
+    cases = SEEN_LN + HIDDEN_LN
+    for (rows, cols, block), result in zip(cases, isolated(_layer_norm_launches, source, cases)):
         label = (f"for {rows} row(s) of {cols} with {block} threads per block"
                  f"{' (a shape the notebook does not show)' if (rows, cols, block) not in SEEN_LN else ''}")
         try:
-            reason = layer_norm_case(source, kernel, rows, cols, block)
+            if isinstance(result, str) or not isinstance(result, list) or len(result) != 2:
+                _answer(result, (rows, cols))
+            reason = layer_norm_case(source, *(_answer(r, (rows, cols)) for r in result), rows, cols, block)
         except CheckFailed as exc:
             raise CheckFailed(f"{label}: {exc}") from None
         if reason:
@@ -107,10 +219,9 @@ def layer_norm_grad(remote, source_fn):
     return None
 
 
-def layer_norm_case(source, kernel, rows, cols, block):
-    """None, or what is wrong with the kernel's dx on one case (CPU runner, both thread orders; GPU too)."""
-    forward = run_layer_norm_grad(source, rows, cols, block, kernel)
-    reverse = run_layer_norm_grad(source, rows, cols, block, kernel, schedule="reverse")
+def layer_norm_case(source, forward, reverse, rows, cols, block):
+    """None, or what is wrong with the kernel's dx on one case, from its CPU-runner results in both thread
+    orders (and, on a GPU, its compiled run)."""
     if not np.array_equal(forward, reverse, equal_nan=True):
         at = tuple(int(i) for i in np.argwhere(~((forward == reverse) | (np.isnan(forward) & np.isnan(reverse))))[0])
         return (f"a race: dx changes with the order the threads run between barriers (at index {at}: "
