@@ -8,6 +8,12 @@ NaN-filled first. The reference is ORT 1.19.2's own CPU kernels (com.microsoft G
 LayerNormalizationGrad), run as one-node models by ortlab.session.run_node. On a GPU the compiled
 cubin runs too and is compared with ORT the same way.
 
+The learner's text becomes native code on the CPU runner (g++), and native code can do anything in the
+process that loads it (a constructor calling Python's C API could replace this module's comparison). So
+the source is screened for host-side code (HOST_CODE), and the build is loaded and launched only in a
+forked child (`isolated`), whose answer comes back as JSON data that this process decodes into plain
+arrays and checks itself.
+
 Each usual mistake has its own message: an access past an array (no bounds check, the runner's
 report), a barrier not every thread reaches, a result that changes with the order threads run
 between barriers (a missing __syncthreads), sums that are wrong while the rest of the formula is
