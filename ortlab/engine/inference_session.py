@@ -35,6 +35,7 @@ from ortlab.engine.run_stats import RunStats
 from ortlab.engine.sequential_executor import SequentialExecutor, needed_steps
 from ortlab.engine.session_state import SessionState
 from ortlab.engine.transformer_memcpy import MemcpyTransformer
+from ortlab.memory.ort_graph import planning_view
 from ortlab.errors import OrtlabError, as_names
 
 
@@ -153,6 +154,7 @@ class InferenceSession:
         self.state = SessionState(self.graph, self.assignment, self.providers, kernel_infos, order, self.log)
         self.executor = SequentialExecutor(self.state, self.log, self.profiler)
         self._patterns = {}  # feed shapes -> MemoryPattern (ORT: SessionState's mem_patterns_ cache)
+        self._planning_graph = None
         if optimized_path is not None:
             try:
                 onnx.save(self.state.partitioned_model(), str(optimized_path))
@@ -302,6 +304,13 @@ class InferenceSession:
         arena = BFCArena()
         arena.replay(self.last_run.allocation_trace)
         return arena
+
+    def planning_graph(self):
+        """This session's own graph as ORT's allocation planner reads it (an ortlab.memory SessionGraph), built
+        once: the graph that runs, in its execution order, with the types ORT infers from the model."""
+        if self._planning_graph is None:
+            self._planning_graph = planning_view(self.graph, [step.node for step in self.state.steps], self.model)
+        return self._planning_graph
 
     def _memory_pattern(self, feeds):
         """For these feed shapes (planned on first use, cached): the MemoryPattern, or with enable_mem_pattern

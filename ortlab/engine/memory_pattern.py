@@ -108,13 +108,11 @@ def _plan(session, feeds):
     state = session.state
     if not all(p.is_cpu_based for p in state.providers.values()):
         return None, "a device EP holds tensors: the plan covers host memory only here"
-    from ortlab.memory import plan, session_graph, validate
+    from ortlab.memory import plan, validate
 
     shapes = {state.value_names[slot]: tuple(np.shape(v)) for slot, v in feeds.items()}
     try:
-        if getattr(session, "_session_graph", None) is None:
-            session._session_graph = session_graph(session.model)  # the graph as ORT holds it, kept
-        found = plan(session._session_graph, shapes, order=session.options.order(),
+        found = plan(session.planning_graph(), shapes, order=session.options.order(),
                      enable_mem_reuse=session.options.enable_mem_reuse, declarations=_declarations(state))
         validate(found)
     except OrtlabError as exc:

@@ -14,6 +14,7 @@ from onnx import StringStringEntryProto
 from ortlab.engine.errors import EngineError
 from ortlab.engine.op_kernel import OpKernelInfo
 from ortlab.errors import OrtlabError
+from ortlab.memory.lifetimes import value_index_map
 from ortlab.onnx_defs import op_name
 
 
@@ -52,9 +53,10 @@ class SessionState:
         self.graph, self.assignment, self.logger = graph, assignment, logger
         self.providers = {p.type: p for p in providers}
         self.cpu = self.providers["CPUExecutionProvider"]
-        self.value_names = list(dict.fromkeys(
-            list(graph.inputs) + list(graph.initializers) + [o.name for n in order for o in n.outputs if o.exists()]))
-        self.index_of = {name: i for i, name in enumerate(self.value_names)}
+        self.index_of = value_index_map(graph)  # ORT's OrtValueNameIdxMap, the planner's own numbering
+        for name in graph.initializers:  # an initializer no node reads (ORT drops it at load) still gets a slot
+            self.index_of.setdefault(name, len(self.index_of))
+        self.value_names = list(self.index_of)
         self.device_readers = self._device_readers(order, kernel_infos)
         self.steps = [self._step(node, kernel_infos[node.index]) for node in order]
         self.initializers = {self.index_of[name]: self._place(name, graph.initializer_value(name))

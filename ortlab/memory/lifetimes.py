@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 
 def value_index_map(graph):
-    """{value name: ML value index} in ORT's order (OrtValueNameIdxMap)."""
+    """{value name: ML value index} in ORT's order (OrtValueNameIdxMap): the one map the allocation planner
+    and ortlab.engine's SessionState both use."""
     names = {}
 
     def add(name):
@@ -20,7 +21,11 @@ def value_index_map(graph):
     for name in graph.inputs:
         add(name)
     for node in graph.nodes():
-        for arg in node.inputs + node.outputs:
+        for arg in node.inputs:
+            add(arg.name)
+        for name in node.implicit_input_names():
+            add(name)
+        for arg in node.outputs:
             add(arg.name)
     for name in graph.outputs:
         add(name)

@@ -19,7 +19,7 @@ from typing import NamedTuple
 from onnx import TensorProto, helper
 
 from ortlab.ir import Graph
-from ortlab.memory.shape_inference import infer_types
+from ortlab.memory.shape_inference import declared_types, infer_types
 
 MS = "com.microsoft"
 
@@ -139,6 +139,16 @@ class SessionGraph(NamedTuple):
     graph: Graph
     types: dict
     inlined: list
+
+
+def planning_view(graph, order, model):
+    """SessionGraph over a graph its owner already built the way ORT does (ortlab.engine's partitioned graph:
+    constants as initializers, function ops inlined, duplicate Casts removed), the graph itself neither
+    copied nor changed, so the plan is of the very graph that runs. Types: what ORT's Graph::Resolve infers
+    over `order` from the declarations of `model` (the ModelProto that graph was loaded from), not the
+    fuller shapes onnx's own inference may have given the graph's NodeArgs."""
+    declared = declared_types(Graph.from_model(model, constants_as_initializers=True))
+    return SessionGraph(graph, infer_types(graph, order, declared), [])
 
 
 def session_graph(model):
