@@ -166,3 +166,27 @@ def test_ort_gives_an_empty_average_pool_gradient_for_a_symbolic_dim():
     model.ir_version = 8
     y, = ortcheck.run(model, {"dy": np.ones((1, 1, 2, 2), np.float32)})
     assert y.shape == (1, 1, 0, 4)
+
+
+@pytest.mark.parametrize("pool", ["max", "avg"])
+def test_ortmodule_trains_the_pooled_cnn_like_pytorch(pool):
+    """The yardstick MiniORTModule misses with pooling: the real ORTModule 1.19.2 trains the same CNN
+    like PyTorch. Its graph builder is given the inputs' concrete shapes, so MaxPoolGrad's and
+    AveragePoolGrad's dX shapes are static in its backward graph."""
+    import warnings
+
+    from onnxruntime.training.ortmodule import ORTModule
+
+    from ortlab.ortmodule import driver as om
+
+    torch.manual_seed(0)
+    reference = SmallCNN(pool)
+    with om.ortmodule_env(FALLBACK_POLICY="FALLBACK_DISABLE", LOG_LEVEL="ERROR"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        wrapped = ORTModule(copy.deepcopy(reference))
+        data = batches()
+        want, got = train(reference, data), train(wrapped, data)
+    for step, ((lw, _, pw), (lg, _, pg)) in enumerate(zip(want, got)):
+        torch.testing.assert_close(lg, lw, rtol=1e-5, atol=1e-6, msg=f"loss at step {step}")
+        for (n, w), g in zip(pw.items(), pg.values()):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5, msg=f"{n} after step {step}")
