@@ -5,7 +5,6 @@ cuda-bindings happens inside a part, so that a missing package skips that part w
 """
 import importlib.metadata
 import shutil
-import statistics
 import subprocess
 
 from ortlab.benchmarks.gpu_cuda import part_cuda_kernels, part_occupancy, use_cuda_home
@@ -102,26 +101,13 @@ def part_triton_kernels(context):
             "peak FP32 GFLOP/s (measured)": round(peaks["flops"] / 1e9, 1), "bandwidth": bandwidth}
 
 
-def _median_ms(torch, fn, warmup=3, repeat=10):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def part_matmul(context, n=MATMUL_N):
     """(f) n x n x n matrix products in fp32, tf32 and bf16: TFLOP/s (CUDA events, median of 10 after 3
     warm-ups, random data) and the relative error of a 1024-sized product against fp64."""
     import torch
 
     from ortlab.cuda.archs import DATASHEETS
+    from ortlab.kernels.roofline import cuda_time_ms
 
     dry_run_stop(context, "torch multiplies matrices on the GPU")
     if not torch.cuda.is_available():
@@ -140,7 +126,7 @@ def part_matmul(context, n=MATMUL_N):
                                         ("bf16", torch.bfloat16, False, "bf16_tflops")):
             torch.backends.cuda.matmul.allow_tf32 = tf32
             x, y = a.to(dtype), b.to(dtype)
-            ms = _median_ms(torch, lambda: x @ y)
+            ms = cuda_time_ms(lambda: x @ y, warmup=3, repeat=10)
             small = (x[:1024] @ y[:, :1024]).double()
             error = float((small - exact).abs().max() / exact.abs().max())
             rows.append({"precision": name, "n": n, "median ms": round(ms, 3),

@@ -28,6 +28,19 @@ from ortlab.transformers.pattern import PatternFusion
 from ortlab.transformers.registry import register_transformer
 
 
+def epsilon_add(graph, reduce_mean, x, what, short):
+    """(Add, epsilon) when `reduce_mean`'s output is read only by Add(it, constant epsilon) with epsilon of X's
+    element type; else (None, why not). Shared by LayerNormFusion and SimplifiedLayerNormFusion."""
+    add = gu.single_consumer(graph, reduce_mean.output_names[0])
+    eps_name = gu.other_input(add, reduce_mean.output_names[0]) if gu.is_op(add, "Add") else None
+    eps = gu.scalar(graph, eps_name) if eps_name else None
+    if eps is None:
+        return None, f"{what} is not only read by Add({short}, constant epsilon)"
+    if gu.elem_type(graph, eps_name) != gu.elem_type(graph, x):
+        return None, "epsilon's element type differs from X's"
+    return add, eps
+
+
 def _type_saved_statistics(graph, x, stats):
     """Give the saved mean and inverse std the types ORT's schema infers (float, X's shape with
     the last axis 1): onnx's shape inference cannot, for a schema registered from Python."""
@@ -105,13 +118,9 @@ class LayerNormFusion(PatternFusion):
         if reason:
             self.decline(rm2, reason)
             return not_variance
-        add = gu.single_consumer(graph, rm2.output_names[0])
-        eps_name = gu.other_input(add, rm2.output_names[0]) if gu.is_op(add, "Add") else None
-        eps = gu.scalar(graph, eps_name) if eps_name else None
-        if eps is None:
-            return "the variance is not only read by Add(var, constant epsilon)"
-        if gu.elem_type(graph, eps_name) != gu.elem_type(graph, rm1.input_names[0]):
-            return "epsilon's element type differs from X's"
+        add, eps = epsilon_add(graph, rm2, rm1.input_names[0], "the variance", "var")
+        if add is None:
+            return eps
         sqrt = gu.single_consumer(graph, add.output_names[0])
         if not gu.is_op(sqrt, "Sqrt") or gu.single_consumer(graph, sqrt.output_names[0]) is not div \
                 or div.input_names[1] != sqrt.output_names[0]:

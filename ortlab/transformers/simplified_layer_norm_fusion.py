@@ -15,7 +15,7 @@ Reciprocal and Mul in place of the Div (ORT 1.19.2 does not fuse the latter eith
 from onnx import TensorProto, helper
 
 from ortlab.transformers import graph_utils as gu
-from ortlab.transformers.layer_norm_fusion import _last_axis_reason
+from ortlab.transformers.layer_norm_fusion import _last_axis_reason, epsilon_add
 from ortlab.transformers.pattern import Match, PatternFusion
 from ortlab.transformers.registry import register_transformer
 
@@ -38,13 +38,9 @@ class SimplifiedLayerNormFusion(PatternFusion):
         reason = _last_axis_reason(graph, rm, pow_.output_names[0])
         if reason:
             return reason
-        add = gu.single_consumer(graph, rm.output_names[0])
-        eps_name = gu.other_input(add, rm.output_names[0]) if gu.is_op(add, "Add") else None
-        eps = gu.scalar(graph, eps_name) if eps_name else None
-        if eps is None:
-            return "the mean square is not only read by Add(ms, constant epsilon)"
-        if gu.elem_type(graph, eps_name) != gu.elem_type(graph, x):
-            return "epsilon's element type differs from X's"
+        add, eps = epsilon_add(graph, rm, x, "the mean square", "ms")
+        if add is None:
+            return eps
         sqrt = gu.single_consumer(graph, add.output_names[0])
         div = gu.single_consumer(graph, sqrt.output_names[0]) if gu.is_op(sqrt, "Sqrt") else None
         if not gu.is_op(div, "Div") or div.input_names != [x, sqrt.output_names[0]]:
