@@ -15,7 +15,8 @@ BLOCKS = ["relu", "identity", "cast", "dropout", "scale", "bias", "matmul_add", 
 
 
 class Builder:
-    """Appends blocks to a [2, 3, 4] float value; names are unique per block."""
+    """Appends blocks to a [2, 3, 4] float value; names are unique per block. `values` holds the blocks'
+    outputs, all [2, 3, 4], which a residual block may add to the current one."""
 
     def __init__(self, seed):
         self.rng = np.random.default_rng(seed)
@@ -84,13 +85,14 @@ class Builder:
 @st.composite
 def random_models(draw):
     builder = Builder(draw(st.integers(0, 2**16)))
+    intermediates = []  # exposable as outputs, never read by a later block: their shapes vary ([2, 4, 3]...)
     for block in draw(st.lists(st.sampled_from(BLOCKS), min_size=1, max_size=6)):
         before = len(builder.nodes)
         builder.values.append(builder.add(block, builder.values[-1], draw(st.integers(0, 10))))
         inner = [n.output[0] for n in builder.nodes[before:-1]]
         if inner and draw(st.booleans()):  # expose an intermediate: the pattern is no longer private
-            builder.values.insert(-1, draw(st.sampled_from(inner)))
-    exposed = draw(st.lists(st.sampled_from(builder.values[1:]), max_size=2, unique=True))
+            intermediates.append(draw(st.sampled_from(inner)))
+    exposed = draw(st.lists(st.sampled_from(builder.values[1:] + intermediates), max_size=2, unique=True))
     return builder.model(exposed)
 
 
