@@ -211,9 +211,17 @@ extern "C" __global__ void gelu_grad(const float* dy, const float* x, float* dx,
 """
 
 
-def test_host_code_in_the_source_is_refused():
-    status, message = gelu_verdict(FORGED)
-    assert status == "fail" and "the source holds host-side code (" in message, message
+@pytest.mark.parametrize("host, found", [
+    (FORGED, "__CUDACC__"),
+    ('__attribute__((constructor)) static void f() {}', "__attribute__"),
+    ('#include <cstdlib>', "#include"),
+    ('#define GLUE(a, b) a ## b', "##"),
+    ('int system(const char*); static int x = system("true");', "system("),
+    ('extern "C" int PyRun_SimpleString(const char*);', "PyRun_SimpleString"),
+])
+def test_host_code_in_the_source_is_refused(host, found):
+    status, message = gelu_verdict(host + "\n" + GELU)
+    assert status == "fail" and f"the source holds host-side code ({found!r})" in message, message
 
 
 def test_native_code_loaded_for_the_cpu_runner_cannot_change_the_verdict(monkeypatch):

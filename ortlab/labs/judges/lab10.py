@@ -43,9 +43,10 @@ LN_TOL = {"rtol": 1e-4, "atol": 1e-4}
 CHILD_TIMEOUT = 300.0  # seconds for all of one exercise's CPU-runner launches
 # Host-side code has no place in a kernel's source, and is how native code would reach the process that
 # loads it: attributes (constructors), inline assembly, includes, Python's C API, the loader and processes.
-HOST_CODE = re.compile(r"__attribute__|\b(?:asm|__asm__)\b|^\s*#\s*include\b|__CUDACC__|\b_?Py[A-Z_]\w*|"
-                       r"\b(?:dlopen|dlsym|system|popen|fork|vfork|execv\w*|execl\w*|syscall|ptrace|kill)\s*\(",
-                       re.M)
+# A screen, not a sandbox: token pasting (##) and _Pragma are refused too, so that no name is built from parts.
+HOST_CODE = re.compile(r"__attribute__|\b(?:asm|__asm__)\b|^\s*#\s*include\b|__CUDACC__|\b_?Py[A-Z_]\w*|##|"
+                       r"\b_Pragma\b|\b(?:dlopen|dlsym|system|popen|fork|vfork|clone|posix_spawn\w*|execv\w*|"
+                       r"execl\w*|syscall|ptrace|kill)\s*\(", re.M)
 
 
 def ort_gelu_grad(dy, x):
