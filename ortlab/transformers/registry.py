@@ -19,9 +19,9 @@ RULES = Registry("rewrite rule", op_keys=False, duplicates="replace")  # name ->
 
 # ORT's order within each level (graph_transformer_utils.cc); transformers a lab adds run after these.
 ORT_ORDER = ["ConstantSharing", "CommonSubexpressionElimination", "ConstantFolding", "MatMulAddFusion",
-             "GemmActivationFusion", "GeluFusion", "LayerNormFusion", "SimplifiedLayerNormFusion",
-             "MatmulTransposeFusion", "BiasGeluFusion", "SkipLayerNormFusion", "BiasSoftmaxFusion", "BiasDropoutFusion",
-             "MatMulScaleFusion"]
+             "ReshapeFusion", "GemmActivationFusion", "GeluFusion", "LayerNormFusion", "SimplifiedLayerNormFusion",
+             "GatherToSliceFusion", "MatmulTransposeFusion", "BiasGeluFusion", "SkipLayerNormFusion",
+             "BiasSoftmaxFusion", "BiasDropoutFusion", "MatMulScaleFusion"]
 
 
 def in_ort_order():
