@@ -143,6 +143,26 @@ def split_training_graph(training, forward_model, outputs, differentiable, x_nam
     return SplitModels(make(forward), make(backward), stashed, backward_inputs, grad_inputs, gradients)
 
 
+# Gradient ops whose kernel in ORT 1.19.2 reads dX's shape from the graph, not from its inputs
+# (orttraining/orttraining/training_ops/cpu/nn/pool_gradient_op.cc): with a symbolic dim MaxPoolGrad crashes
+# the process and AveragePoolGrad returns an empty gradient.
+SHAPE_READING_GRADIENTS = ("MaxPoolGrad", "AveragePoolGrad")
+
+
+def refuse_shape_reading_gradients(backward):
+    """Refuse a backward model holding a gradient op that needs dX's static shape: MiniORTModule exports
+    every dim as dynamic, so that shape is never in its graph (ORTModule gives ORT's graph builder the
+    inputs' concrete shapes instead)."""
+    found = sorted({n.op_type for n in backward.graph.node if n.op_type in SHAPE_READING_GRADIENTS})
+    if found:
+        raise TrainingGraphError(
+            f"the backward graph holds {', '.join(found)}, whose ORT 1.19.2 kernel reads dX's shape from the "
+            "graph; MiniORTModule exports every dim as dynamic, so that shape is unknown and ORT would crash "
+            "(MaxPoolGrad) or return an empty gradient (AveragePoolGrad). Train this model with the real "
+            "ORTModule (it builds the gradient graph for the inputs' concrete shapes), or use "
+            "GlobalAveragePool or a strided Conv instead of the pooling layer")
+
+
 def typed_inputs(model, names, types):
     """Give `model` graph inputs `names` typed from `types` ({name: (elem_type, rank)})."""
     for name in names:
@@ -233,6 +253,7 @@ class TrainingManager:
         grad_types = {g: types[o] for o, g in zip(differentiable, self.split.grad_outputs)}
         typed_inputs(self.split.backward, self.split.stashed + self.split.backward_inputs, types)
         typed_inputs(self.split.backward, self.split.grad_outputs, grad_types)
+        refuse_shape_reading_gradients(self.split.backward)
         self.backward_session = _session(self.split.backward, providers, level, runtime)
         self._forward_feeds = {a.name for a in self.forward_session.get_inputs()}
         self._backward_feeds = {a.name for a in self.backward_session.get_inputs()}
