@@ -6,10 +6,10 @@ configurations (ORT's gradient builder on ORT's runtime; ortlab's gradient build
 engine). Losses, gradients and parameters after every step must equal torch's within float32
 rounding: torch autograd is the independent reference.
 
-With MaxPool or AveragePool, MiniORTModule cannot train the CNN: it exports every dim dynamic, and
-ORT's MaxPoolGrad and AveragePoolGrad read dX's shape from the graph (ortlab's builder refuses; with
-ORT's builder MiniORTModule refuses too, as ORT 1.19.2 would crash the process). The same CNN exported
-with fixed shapes gets torch's gradients from both gradient builders.
+With MaxPool or AveragePool too: ORT's MaxPoolGrad and AveragePoolGrad read dX's shape from the graph,
+so MiniORTModule, like ORTModule, builds the gradient graph for the inputs' concrete shapes when the
+forward holds a pooling op (and again for new shapes). On a graph where dX's shape is not static,
+ortlab's builder refuses and MiniORTModule refuses before ORT 1.19.2 would crash the process.
 """
 import copy
 import io
@@ -72,9 +72,9 @@ def batches(seed=0):
 
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
-@pytest.mark.parametrize("pool", [None])
+@pytest.mark.parametrize("pool", [None, "max", "avg"])
 def test_a_small_cnn_trains_like_pytorch_step_for_step(config, pool):
-    """No pooling layer: see the tests below for MaxPool and AveragePool."""
+    """With no pooling layer, MaxPool or AveragePool, on ORT's stack and on ortlab's own."""
     torch.manual_seed(0)
     reference = SmallCNN(pool)
     wrapped = MiniORTModule(copy.deepcopy(reference), **CONFIGS[config])
@@ -119,24 +119,47 @@ def test_the_cnn_with_pooling_gets_torchs_gradients_from_a_fixed_shape_export(bu
 
 
 @pytest.mark.parametrize("pool", ["max", "avg"])
-def test_mini_ortmodule_with_ortlabs_builder_refuses_pooling_on_dynamic_dims(pool):
+def test_ortlabs_builder_refuses_pooling_on_dynamic_dims(pool):
+    """The dynamic-shape export (every dim symbolic) leaves dX's shape unknown: ortlab's builder refuses."""
+    from ortlab.training.graph_transition_manager import GraphTransitionManager
+    from ortlab.training.io import flatten_inputs
+    from ortlab.training.training_manager import build_training_graph
+
     torch.manual_seed(0)
-    wrapped = MiniORTModule(SmallCNN(pool), gradient_builder="ortlab", runtime="ortlab")
+    module = SmallCNN(pool)
     (x, target), = batches()[:1]
+    exported, _ = GraphTransitionManager(module).use_cache_or_reconstruct(flatten_inputs((x, target), {}))
     with pytest.raises(OrtlabError, match="needs the static shape of X"):
-        wrapped(x, target)
+        build_training_graph(exported.processed, exported.output_names, exported.parameter_names, "ortlab")
 
 
-@pytest.mark.parametrize("pool", ["max", "avg"])
-def test_mini_ortmodule_with_orts_builder_refuses_pooling_instead_of_crashing(pool):
-    """MiniORTModule with ORT's builder: the backward model would hold a MaxPoolGrad (AveragePoolGrad) whose
-    dX has no static shape, on which ORT 1.19.2 crashes the process (below) or returns an empty
-    gradient; MiniORTModule refuses before it creates the session, saying what to use instead."""
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_a_new_batch_size_builds_the_pooled_gradient_graph_again(config):
+    """Built for the first batch's shapes, MiniORTModule builds again for another batch size and still
+    trains like PyTorch (a graph built for batch 3 would give a batch-2 dX of the wrong shape)."""
     torch.manual_seed(0)
-    wrapped = MiniORTModule(SmallCNN(pool), gradient_builder="ort")
-    (x, target), = batches()[:1]
-    with pytest.raises(OrtlabError, match="reads dX's shape from the graph.*real ORTModule"):
-        wrapped(x, target)
+    reference = SmallCNN("max")
+    wrapped = MiniORTModule(copy.deepcopy(reference), **CONFIGS[config])
+    data = batches()[:2] + [(x[:2], t[:2]) for x, t in batches(seed=1)[:2]]
+    want, got = train(reference, data), train(wrapped, data)
+    for step, ((lw, _, _), (lg, _, _)) in enumerate(zip(want, got)):
+        torch.testing.assert_close(lg, lw, rtol=1e-5, atol=1e-6, msg=f"loss at step {step}")
+    assert len([k for k in wrapped._managers if k != "inference"]) == 2
+
+
+def test_a_backward_graph_whose_pool_gradient_has_no_static_shape_is_refused():
+    """The guard before ORT's session: a MaxPoolGrad whose dX shape is not static in the graph."""
+    from onnx import TensorProto, helper
+
+    from ortlab.training.training_manager import refuse_shape_reading_gradients
+
+    node = helper.make_node("MaxPoolGrad", ["dy", "indices"], ["dx"], kernel_shape=[2, 2])
+    graph = helper.make_graph([node], "backward", [], [helper.make_tensor_value_info("dx", TensorProto.FLOAT, None)],
+                              value_info=[helper.make_tensor_value_info("dx", TensorProto.FLOAT, ["n", 1, 4, 4])])
+    with pytest.raises(OrtlabError, match="reads dX's shape from the graph"):
+        refuse_shape_reading_gradients(helper.make_model(graph))
+    graph.value_info[0].CopyFrom(helper.make_tensor_value_info("dx", TensorProto.FLOAT, [2, 1, 4, 4]))
+    refuse_shape_reading_gradients(helper.make_model(graph))  # static: accepted
 
 
 CRASH = """

@@ -39,6 +39,11 @@ from ortlab.memory.ort_graph import planning_view
 from ortlab.errors import OrtlabError, as_names
 
 
+# Kernels that take their output's shape from the graph, not from their inputs (ORT 1.19.2:
+# orttraining/orttraining/training_ops/cpu/nn/pool_gradient_op.cc); no shape inference covers them.
+GRAPH_SHAPED_OUTPUTS = ("MaxPoolGrad", "AveragePoolGrad")
+
+
 class NodeArg:
     """What get_inputs() / get_outputs() return: name, type ('tensor(float)') and shape, as ORT's."""
 
@@ -191,6 +196,11 @@ class InferenceSession:
             raise InvalidGraph(f"the model does not resolve: {exc}") from None
         finally:
             model.graph.value_info.extend(declared)
+        for info in declared:  # ORT's pool gradients read dX's shape from the graph: there the declaration stands
+            producer, arg = graph.producer(info.name), graph.node_arg(info.name)
+            if (producer is not None and producer.op_type in GRAPH_SHAPED_OUTPUTS and arg.shape is None
+                    and info.type.tensor_type.HasField("shape")):
+                arg.type_proto = info.type
         return graph
 
     def _kernel_info(self, node):

@@ -59,7 +59,7 @@ def get_maxpool_gradient(b):
     the forward node when absent). ORT: MaxPoolGrad (ORT's own op in the ONNX domain) with the
     MaxPool's attributes."""
     _require_static_shape(b)
-    return [b.emit("MaxPoolGrad", [b.GO(0), b.O(1)], [b.GI(0)], **b.node.attributes)]
+    return [b.emit("MaxPoolGrad", [b.GO(0), b.O(1)], [_typed_like_x(b)], **b.node.attributes)]
 
 
 @register_gradient("AveragePool")
@@ -67,7 +67,7 @@ def get_averagepool_gradient(b):
     """dX = each window's dY / (its element count) spread over the window. ORT: AveragePoolGrad
     (ORT's own op in the ONNX domain) with the AveragePool's attributes."""
     _require_static_shape(b)
-    return [b.emit("AveragePoolGrad", [b.GO(0)], [b.GI(0)], **b.node.attributes)]
+    return [b.emit("AveragePoolGrad", [b.GO(0)], [_typed_like_x(b)], **b.node.attributes)]
 
 
 def _require_static_shape(b):
@@ -80,6 +80,14 @@ def _require_static_shape(b):
             f"{b.node.op_type} {_label(b)}: its gradient ({b.node.op_type}Grad) needs the static shape "
             f"of X, got {shape}; ORT's kernel reads dX's shape from the graph, and with a symbolic dimension "
             "ORT 1.19.2 returns an empty dX or crashes. Give the model's inputs fixed shapes")
+
+
+def _typed_like_x(b):
+    """dX's name, its NodeArg given X's type and static shape: the graph then carries the shape the pool
+    gradient's kernel reads (ORT's builders declare GI(0) with IType(0) the same way)."""
+    name = b.GI(0)
+    b.graph.get_or_create_node_arg(name, b.graph.node_arg(b.I(0)).type_proto)
+    return name
 
 
 def _label(b):

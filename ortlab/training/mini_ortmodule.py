@@ -19,7 +19,8 @@ import torch
 from ortlab.errors import OrtlabError
 from ortlab.training.graph_transition_manager import GraphTransitionManager
 from ortlab.training.io import flatten_inputs
-from ortlab.training.training_manager import BUILDERS, InferenceManager, ORTModuleFunction, TrainingManager
+from ortlab.training.training_manager import (BUILDERS, InferenceManager, ORTModuleFunction, TrainingManager,
+                                               needs_static_shapes)
 from ortlab.viz import Table
 
 
@@ -96,8 +97,14 @@ class MiniORTModule(torch.nn.Module):
         names, tensors = self._feeds(exported, flat)
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             x_names = tuple(n for n, t in zip(names, tensors) if t.requires_grad and t.is_floating_point())
-            manager = self._manager(x_names, lambda: TrainingManager(
-                exported, names, x_names, self.gradient_builder, self.providers, self.level, self.runtime))
+            # a pooling op's gradient reads dX's shape from the graph: build for these inputs' shapes, as
+            # ORTModule does, and again for other shapes
+            shapes = {n: tuple(t.shape) for n, t in zip(names, tensors)} if needs_static_shapes(
+                exported.processed) else None
+            key = (x_names, tuple(sorted(shapes.items())) if shapes else None)
+            manager = self._manager(key, lambda: TrainingManager(
+                exported, names, x_names, self.gradient_builder, self.providers, self.level, self.runtime,
+                input_shapes=shapes))
             outputs = ORTModuleFunction.apply(manager, *tensors)
         else:
             manager = self._manager("inference", lambda: InferenceManager(

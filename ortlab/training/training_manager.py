@@ -11,6 +11,7 @@ The gradient graph needs a scalar to differentiate: for outputs Y_k with incomin
 G_k, loss = sum_k ReduceSum(Y_k * G_k), whose gradient w.r.t. any x is the vector-Jacobian
 product torch's backward asks for.
 """
+import copy
 from dataclasses import dataclass
 
 import onnx
@@ -136,9 +137,11 @@ def split_training_graph(training, forward_model, outputs, differentiable, x_nam
         [inputs_by_name[i] for i in graph.inputs if i not in grad_inputs],
         [onnx.ValueInfoProto(name=o) for o in outputs + [s for s in stashed if s not in outputs]],
         _used_initializers(graph, fwd))
+    produced = {o for n in bwd for o in training.graph.node[n.index].output}
     backward = helper.make_graph(
         [training.graph.node[n.index] for n in bwd], "backward", [],
-        [onnx.ValueInfoProto(name=g) for g in gradients.values()], _used_initializers(graph, bwd))
+        [onnx.ValueInfoProto(name=g) for g in gradients.values()], _used_initializers(graph, bwd),
+        value_info=[v for v in training.graph.value_info if v.name in produced])  # dX shapes the builder knew
     make = lambda g: helper.make_model(g, opset_imports=training.opset_import, ir_version=training.ir_version)
     return SplitModels(make(forward), make(backward), stashed, backward_inputs, grad_inputs, gradients)
 
@@ -147,34 +150,59 @@ def split_training_graph(training, forward_model, outputs, differentiable, x_nam
 # (orttraining/orttraining/training_ops/cpu/nn/pool_gradient_op.cc): with a symbolic dim MaxPoolGrad crashes
 # the process and AveragePoolGrad returns an empty gradient.
 SHAPE_READING_GRADIENTS = ("MaxPoolGrad", "AveragePoolGrad")
+SHAPE_READING_FORWARD = ("MaxPool", "AveragePool")
 
 
 def refuse_shape_reading_gradients(backward):
-    """Refuse a backward model holding a gradient op that needs dX's static shape: MiniORTModule exports
-    every dim as dynamic, so that shape is never in its graph (ORTModule gives ORT's graph builder the
-    inputs' concrete shapes instead)."""
-    found = sorted({n.op_type for n in backward.graph.node if n.op_type in SHAPE_READING_GRADIENTS})
+    """Refuse a backward model holding a gradient op whose dX has no fully static shape in the graph
+    (MiniORTModule builds for the inputs' concrete shapes when the forward holds a pooling op, as ORTModule
+    does; this guards any other way such a graph could arise)."""
+    static = {v.name for v in backward.graph.value_info
+              if v.type.tensor_type.HasField("shape")
+              and all(d.HasField("dim_value") for d in v.type.tensor_type.shape.dim)}
+    found = sorted({n.op_type for n in backward.graph.node
+                    if n.op_type in SHAPE_READING_GRADIENTS and not all(o in static for o in n.output if o)})
     if found:
         raise TrainingGraphError(
             f"the backward graph holds {', '.join(found)}, whose ORT 1.19.2 kernel reads dX's shape from the "
-            "graph; MiniORTModule exports every dim as dynamic, so that shape is unknown and ORT would crash "
+            "graph, and dX's shape is not static there, so ORT would crash "
             "(MaxPoolGrad) or return an empty gradient (AveragePoolGrad). Train this model with the real "
             "ORTModule (it builds the gradient graph for the inputs' concrete shapes), or use "
             "GlobalAveragePool or a strided Conv instead of the pooling layer")
 
 
 def typed_inputs(model, names, types):
-    """Give `model` graph inputs `names` typed from `types` ({name: (elem_type, rank)})."""
+    """Give `model` graph inputs `names` typed from `types` ({name: (elem_type, dims)}, None for a dynamic dim)."""
     for name in names:
-        elem, rank = types[name]
-        model.graph.input.append(helper.make_tensor_value_info(name, elem, [None] * rank))
+        elem, dims = types[name]
+        model.graph.input.append(helper.make_tensor_value_info(name, elem, list(dims)))
     return model
 
 
+def with_input_shapes(model, shapes):
+    """A copy of `model` whose graph inputs named in `shapes` ({name: tuple of ints}) have those static dims,
+    its other value shapes left to inference: ORTModule hands its graph builder the inputs' concrete
+    shapes the same way (OrtModuleGraphBuilder.build(input_shapes))."""
+    model = copy.deepcopy(model)
+    for value in model.graph.input:
+        if value.name in shapes:
+            value.CopyFrom(helper.make_tensor_value_info(value.name, value.type.tensor_type.elem_type,
+                                                         list(shapes[value.name])))
+    for value in model.graph.output:
+        value.CopyFrom(helper.make_tensor_value_info(value.name, value.type.tensor_type.elem_type, None))
+    del model.graph.value_info[:]
+    return model
+
+
+def needs_static_shapes(model):
+    """True when the model holds a forward op whose ORT gradient reads dX's shape from the graph."""
+    return any(n.op_type in SHAPE_READING_FORWARD for n in model.graph.node)
+
+
 def ort_type(session_arg):
-    """(elem_type, rank) of an ORT NodeArg, e.g. tensor(float) with shape [2, 3] -> (1, 2)."""
+    """(elem_type, dims) of an ORT NodeArg, None for a symbolic dim: tensor(float) [2, 'n'] -> (1, [2, None])."""
     name = session_arg.type[len("tensor("):-1]  # float, int64, bfloat16...: TensorProto's names in lower case
-    return TensorProto.DataType.Value(name.upper()), len(session_arg.shape)
+    return TensorProto.DataType.Value(name.upper()), [d if isinstance(d, int) else None for d in session_arg.shape]
 
 
 def to_numpy(tensor):
@@ -237,16 +265,17 @@ class TrainingManager:
     used user inputs, then parameters, then buffers); x_names: those that need gradients.
     """
 
-    def __init__(self, exported, feed_names, x_names, builder="ort", providers=None, level="basic", runtime="ort"):
+    def __init__(self, exported, feed_names, x_names, builder="ort", providers=None, level="basic", runtime="ort",
+                 input_shapes=None):
         from ortlab.env import providers as default_providers
 
         self.feed_names, self.x_names = list(feed_names), list(x_names)
         self.outputs = exported.output_names
         providers = providers or (None if runtime == "ortlab" else default_providers())
-        self.training, differentiable = build_training_graph(
-            exported.processed, self.outputs, self.x_names, builder)
-        self.split = split_training_graph(self.training, exported.processed, self.outputs,
-                                          differentiable, self.x_names)
+        forward = exported.processed if input_shapes is None else with_input_shapes(exported.processed, input_shapes)
+        self.input_shapes = input_shapes
+        self.training, differentiable = build_training_graph(forward, self.outputs, self.x_names, builder)
+        self.split = split_training_graph(self.training, forward, self.outputs, differentiable, self.x_names)
         self.forward_session = _session(self.split.forward, providers, level, runtime)
         types = {a.name: ort_type(a) for a in self.forward_session.get_outputs()}
         types.update({a.name: ort_type(a) for a in self.forward_session.get_inputs()})
