@@ -241,9 +241,83 @@ def ortmodule(module, log_level="WARNING", save_onnx=False, prefix="model", fold
 
 
 def fell_back(model):
-    """True when an ORTModule handed its module back to PyTorch (ORT's _fallback.py)."""
-    manager = model._torch_module._execution_manager(model._torch_module.is_training())
+    """True when an ORTModule handed its module back to PyTorch (ORT's _fallback.py): a fallback pending in
+    its execution manager, or a switch to PyTorch at construction (_utils.switch_backend_to_pytorch puts a
+    TorchModulePytorch, which has no execution manager, in place of the ORT one)."""
+    torch_module = model._torch_module
+    if not hasattr(torch_module, "_execution_manager"):
+        return True
+    manager = torch_module._execution_manager(torch_module.is_training())
     return bool(manager._fallback_manager.is_pending())
+
+
+def _gradient_gap(model, reference):
+    """The largest absolute difference between two models' parameter gradients (same parameter order)."""
+    return max((a.grad - b.grad).abs().max().item() for a, b in zip(model.parameters(), reference.parameters()))
+
+
+def data_parallel_cases(make_model, inputs, target):
+    """ORTModule and torch.nn.DataParallel in both wrap orders, one forward and backward (MSE) each, against
+    the same step in PyTorch; `make_model()` builds a fresh, identically initialised model.
+
+    torch/nn/parallel/data_parallel.py: without a GPU, DataParallel keeps device_ids == [] and its forward
+    calls the module itself; with one GPU it calls the module on it; with two or more it replicate()s the
+    module every step, which calls each submodule's _replicate_for_data_parallel(), and ORTModule's raises
+    (ortmodule.py, _torch_module_ort.py): called directly here, as replicate() would. ORTModule(DataParallel)
+    is refused by the module check in _graph_execution_manager.py, an error under FALLBACK_DISABLE and,
+    under the default policy, a switch to PyTorch that says so only at INFO level.
+    Returns one dict per case: wrapping, outcome, whether ORT ran, gradient gap to PyTorch, and whether a
+    warning or a log line at the default WARNING level says ORTModule fell back."""
+    if isinstance(make_model, torch.nn.Module) or not callable(make_model):
+        raise OrtModuleError(f"make_model must be a function that builds a fresh model (each case trains its own), "
+                             f"got {type(make_model).__name__}")
+    quiet_import("onnxruntime.training.ortmodule")
+    reference = make_model()
+    try:
+        torch.nn.functional.mse_loss(reference(inputs), target).backward()
+    except Exception as exc:
+        raise OrtModuleError(f"the model's PyTorch step fails on these inputs and target, so there is nothing to "
+                             f"compare with: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+    rows = []
+
+    def case(wrapping, build, **variables):
+        model = make_model()
+        with ortmodule_env(**variables), captured_logs() as log, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                wrapped, ort_module = build(model)
+                torch.nn.functional.mse_loss(wrapped(inputs), target).backward()
+            except Exception as exc:
+                rows.append({"wrapping": wrapping, "outcome": f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
+                             "ORT ran it": "-", "gradient gap to PyTorch": "-", "ORT says it fell back": "-"})
+                return
+        lines = [str(w.message) for w in caught] + list(log)
+        said = [line for line in lines if "Fallback to PyTorch due" in line or "Fallback for policy" in line]
+        parallel = isinstance(wrapped, torch.nn.DataParallel)
+        devices = f"; DataParallel device_ids {wrapped.device_ids}" if parallel else ""
+        rows.append({"wrapping": wrapping, "outcome": f"trains{devices}",
+                     "ORT ran it": "no (PyTorch)" if fell_back(ort_module) else "yes",
+                     "gradient gap to PyTorch": f"{_gradient_gap(model, reference):.1e}",
+                     "ORT says it fell back": "yes" if said else "no"})
+
+    def dp_of_ort(model):
+        inner = ortmodule(model)
+        return torch.nn.DataParallel(inner), inner
+
+    def ort_of_dp(model):
+        outer = ortmodule(torch.nn.DataParallel(model))
+        return outer, outer
+
+    def replicated(model):
+        inner = ortmodule(model)
+        inner._replicate_for_data_parallel()  # what replicate() calls on every submodule, with 2+ GPUs
+        return inner, inner
+
+    case("DataParallel(ORTModule(model)), this machine", dp_of_ort)
+    case("ORTModule(DataParallel(model))", ort_of_dp)
+    case("ORTModule(DataParallel(model)), FALLBACK_DISABLE", ort_of_dp, FALLBACK_POLICY="FALLBACK_DISABLE")
+    case("DataParallel(ORTModule(model)), 2+ GPUs: what replicate() calls", replicated)
+    return rows
 
 
 def train(module, batches, steps, lr=0.05, log_level="WARNING", save_onnx=True, prefix="model",
