@@ -63,6 +63,16 @@ class Report:
         from ortlab.viz import Table
         return Table(("check", "status", "detail"), [(r.check, r.status, r.detail) for r in self.rows])
 
+    def statuses(self):
+        """The checks and their status only: what stays the same on every machine (no float values)."""
+        from ortlab.viz import Table
+        return Table(("check", "status"), [(r.check, r.status) for r in self.rows])
+
+    def differences(self):
+        """The rows that differ, with how (a Table; empty when ortlab and ORT agree everywhere)."""
+        from ortlab.viz import Table
+        return Table(("check", "how they differ"), [(r.check, r.detail) for r in self.rows if r.status == DIFFER])
+
     def to_json(self):
         return json.dumps({"rows": [asdict(r) for r in self.rows], "generated": self.generated,
                            "exit_code": self.exit_code}, indent=2)

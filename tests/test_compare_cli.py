@@ -232,3 +232,14 @@ def test_cli_bad_file_is_one_line_no_traceback(folder):
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert _cli().returncode == 2  # no model named: argparse's usage, exit code 2
+
+
+def test_statuses_and_differences_views_of_a_report():
+    """statuses() keeps every check with its status only; differences() only the differing rows, with how."""
+    from ortlab.compare import DIFFER, Report, Row
+
+    report = Report([Row("graph: a", "agree", "same op counts"), Row("graph: b", DIFFER, "Conv 2 vs 1"),
+                     Row("engine output y", "agree", "max |engine - ORT| = 1e-07")], "feeds")
+    assert report.statuses().rows == [("graph: a", "agree"), ("graph: b", DIFFER), ("engine output y", "agree")]
+    assert report.differences().rows == [("graph: b", "Conv 2 vs 1")]
+    assert Report([Row("x", "agree", "")], "").differences().rows == []
