@@ -53,3 +53,70 @@ def test_a_breakpoint_in_a_kernel_stops_once_per_program():
     assert said.count("(Pdb) array([0, 1, 2, 3], dtype=int32)") == 1
     assert said.count("(Pdb) array([4, 5, 6, 7], dtype=int32)") == 1
     assert y.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+
+
+# --- debugpy over the Debug Adapter Protocol (VS Code's debugger) -------------------------------------------
+
+RELU_CALL = ("import numpy as np\nfrom ortlab import session\n"
+             "print(session.run_node('Relu', [np.array([-1.0, 2.0], np.float32)]))\n")
+
+
+@pytest.fixture(scope="module")
+def dap_stop():
+    from ortlab import session
+
+    return dk.dap_breakpoint(session.run_node, RELU_CALL, ["op_type", "inputs[0].tolist()", "len(inputs)"])
+
+
+def test_dap_stops_inside_ortlab_at_the_first_statement_of_the_function(dap_stop):
+    import inspect
+    import linecache
+
+    from ortlab import session
+
+    assert dap_stop.reason == "breakpoint"
+    name, path, line = dap_stop.frames[0]
+    assert (name, path) == ("run_node", "ortlab/session.py")
+    assert inspect.getsourcefile(session.run_node).endswith(path)
+    # the line debugpy stopped on, read from the file: the statement after the docstring
+    source = linecache.getline(inspect.getsourcefile(session.run_node), line)
+    assert source.strip().startswith("model = one_node_model(")
+    assert dap_stop.frames[1][:2] == ("<module>", "<string>")
+
+
+def test_dap_evaluates_in_the_stopped_frame_and_the_program_finishes_with_orts_answer(dap_stop):
+    import numpy as np
+
+    from ortlab import session
+
+    assert dap_stop.values == {"op_type": "'Relu'", "inputs[0].tolist()": "[-1.0, 2.0]", "len(inputs)": "1"}
+    expected = session.run_node("Relu", [np.array([-1.0, 2.0], np.float32)])
+    assert dap_stop.output.strip() == str(expected)
+    assert dap_stop.exchange[-1][1].endswith("exited with code 0")
+    assert ("setBreakpoints ortlab/session.py:%d" % dap_stop.frames[0][2], "verified: True") in dap_stop.exchange
+
+
+def test_every_socket_debugpy_listens_on_is_loopback(dap_stop):
+    assert len(dap_stop.listeners) >= 1
+    assert {address for _, address in dap_stop.listeners} == {"127.0.0.1"}
+
+
+def test_the_report_hides_line_numbers_and_ports(dap_stop):
+    text = dk.stop_report(dap_stop)
+    assert "ortlab/session.py:N  model = one_node_model(" in text
+    assert not any(str(port) in text for port, _ in dap_stop.listeners)
+
+
+def test_a_call_that_never_reaches_the_function_is_said_so_with_its_stderr():
+    from ortlab import session
+
+    with pytest.raises(dk.DebuggerError, match="without reaching ortlab/session.py"):
+        dk.dap_breakpoint(session.run_node, "print('no call')")
+    with pytest.raises(dk.DebuggerError, match=r"(?s)exit code 1\).*ValueError: boom"):
+        dk.dap_breakpoint(session.run_node, "raise ValueError('boom')")
+
+
+@pytest.mark.parametrize("function, call", [(42, "print(1)"), (print, ""), (print, None)])
+def test_bad_arguments_are_refused_before_any_process_starts(function, call):
+    with pytest.raises(dk.DebuggerError, match="a function to stop in"):
+        dk.dap_breakpoint(function, call)
