@@ -59,8 +59,9 @@ def test_missing_mpirun_and_missing_mpi4py_say_what_to_install(monkeypatch):
 
 @needs_mpi
 def test_a_rank_that_fails_is_reported_with_mpiruns_output(monkeypatch):
-    monkeypatch.setattr(dm, "mpirun_command", lambda n, isolated=True: ["mpirun", "-n", str(n), "--oversubscribe",
-                                                                         "--allow-run-as-root", sys.executable,
-                                                                         "-c", "raise SystemExit(3)"])
+    isolated_prefix = dm.namespace_prefix()  # mpirun's listeners stay inside a loopback-only namespace here too
+    monkeypatch.setattr(dm, "mpirun_command", lambda n, isolated=True: [*isolated_prefix, "mpirun", "-n", str(n),
+                                                                         "--oversubscribe", "--allow-run-as-root",
+                                                                         sys.executable, "-c", "raise SystemExit(3)"])
     with pytest.raises(dm.MpiError, match="0 of 2 ranks reported"):
         dm.mpi_all_reduce(2)
