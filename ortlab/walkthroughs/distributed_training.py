@@ -12,6 +12,8 @@ import torch
 import torch.distributed as dist
 
 from ortlab.distributed import collectives, data_parallel, moe
+from ortlab.distributed.checks import collectives as collective_checks
+from ortlab.distributed.checks import data_parallel as ddp_checks
 from ortlab.distributed.zero import zero
 from ortlab.errors import OrtlabError
 
@@ -126,7 +128,7 @@ def _mismatch_cases(rank, world_size):
     """{case: call}: each rank gives the collective or wrapper something different from rank 0's."""
     def two_models(hidden):
         torch.manual_seed(0)
-        return data_parallel.MLP(hidden=hidden)
+        return ddp_checks.MLP(hidden=hidden)
 
     def extra_parameter():
         model = two_models(16)
@@ -163,7 +165,7 @@ def mismatch_check(rank, world_size):
 
     (torch 2.6's own DDP is not among the cases: on gloo only the ranks whose model differs from rank 0's
     raise, and rank 0 goes on to broadcast and waits for them.)"""
-    found = collectives.error_texts(_mismatch_cases(rank, world_size), OrtlabError)
+    found = collective_checks.error_texts(_mismatch_cases(rank, world_size), OrtlabError)
     trace = collectives.CollectiveTrace()
     total = collectives.ring_all_reduce(torch.full((10,), float(rank + 1)), trace=trace)
     return {"errors": found, "after": total, "trace": trace.as_dict()}
