@@ -10,7 +10,6 @@ import ast
 import collections
 import contextlib
 import copy
-import os
 import re
 import tempfile
 import time
@@ -24,6 +23,7 @@ import torch
 from ortlab.capture import captured_lines
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
+from ortlab.patch import environment
 from ortlab.onnx_defs import node_op_name
 from ortlab.training.loop import train as torch_train
 
@@ -51,21 +51,6 @@ def ortmodule_env(**variables):
     """
     with environment({f"ORTMODULE_{k.upper()}": str(v) for k, v in variables.items()}):
         yield
-
-
-@contextlib.contextmanager
-def environment(variables):
-    """Set the environment variables {name: value} for the block; restore (or remove) them after."""
-    saved = {k: os.environ.get(k) for k in variables}
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def clean_log_line(line):

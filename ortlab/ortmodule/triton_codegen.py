@@ -254,7 +254,8 @@ def switches_run(folder=None, module="mlp"):
     MAX_TUNING_DURATION_MS=500, TUNING_RESULTS_PATH=<folder>/tuning and TRITON_CONFIG_FILE set:
     {'runtime options', 'banner', 'tuning files', 'config ops'} read back from ORT."""
     from ortlab import models
-    from ortlab.ortmodule.driver import environment, train
+    from ortlab.ortmodule.driver import train
+    from ortlab.patch import environment
 
     folder = Path(folder or tempfile.mkdtemp(prefix="ortlab-triton-family-"))
     folder.mkdir(parents=True, exist_ok=True)

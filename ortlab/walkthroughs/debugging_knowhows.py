@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ortlab.env import TRITON_INTERPRET, triton_mode  # first: it sets TRITON_INTERPRET before Triton loads
 from ortlab.errors import OrtlabError
+from ortlab.patch import patched
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -116,11 +117,8 @@ def kernel_breakpoints(run_kernel, commands):
         debugger.set_trace(sys._getframe(1))
         printed.append(out)
 
-    saved, sys.breakpointhook = sys.breakpointhook, hook
-    try:
+    with patched(sys, "breakpointhook", hook):
         run_kernel()
-    finally:
-        sys.breakpointhook = saved
     return _readable("".join(out.getvalue() for out in printed))
 
 
