@@ -29,20 +29,18 @@ def error_texts(cases, catch, describe=str):
     still inside a collective."""
     found = {}
     for name, call in cases.items():
-        error = None
         try:
             call()
-        except catch as exc:
-            error = exc
-        try:
-            # gloo may report a call's error from its worker thread after the call returned, even once more
-            # after raising it (seen under load: AVG's refusal surfaced at the next wait); this barrier keeps
-            # it with the call that caused it
+            # gloo may report a call's error from its worker thread after the call returned (seen under load:
+            # AVG's refusal surfaced at the next wait); a barrier here keeps it with the call that caused it
             dist.barrier()
+            found[name] = "no error"
         except catch as exc:
-            error = error or exc
-        found[name] = "no error" if error is None else describe(error)
-    dist.barrier()
+            found[name] = describe(exc)
+    try:
+        dist.barrier()
+    except catch:  # gloo reporting an error already recorded above once more, late (seen once, under load)
+        pass
     return found
 
 
