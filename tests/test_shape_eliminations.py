@@ -15,7 +15,7 @@ from ortlab import session
 from ortlab.onnx_defs import make_model
 from ortlab.transformers import GraphTransformerManager, optimize
 from ortlab.walkthroughs import graph_transformers as ex
-from tests.test_reshape_fusion import assert_same_graph_as_orts
+from tests.test_reshape_fusion import assert_level_1_equals_orts, assert_same_graph_as_orts
 
 CPU = ["CPUExecutionProvider"]
 F, I64, I32 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32
@@ -149,12 +149,7 @@ def feeds_for(model):
 def test_ortlab_level_1_graph_equals_orts(case):
     _, build = case
     m = build()
-    ours = optimize(m, level=1, providers=CPU)
-    assert_same_graph_as_orts(ours, m)
-    feeds = feeds_for(m)
-    want, got = session.run_model(m, feeds), session.run_model(ours, feeds)
-    for name in want:
-        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    assert_level_1_equals_orts(m, feeds_for(m))
 
 
 def ortlab_run(m):
