@@ -122,7 +122,7 @@ def _model_source(model):
     path = Path(model)
     if not path.is_file():
         raise SessionError(f"{path}: no such model file")
-    from ortlab.ir.graph import missing_external_data
+    from ortlab.ir.model_load import missing_external_data
 
     try:
         header = onnx.load(str(path), load_external_data=False)

@@ -58,7 +58,7 @@ RANDOM_OPS = {"Bernoulli", "RandomNormal", "RandomNormalLike", "RandomUniform", 
 # (strict: the test fails once it is fixed, so that the entry goes); "xfail-lenient": an engine bug
 # a few cases survive by accident. Names may be globs.
 EXCEPTIONS = {
-    "test_mvn": ("xfail", "engine bug: ortlab/ir/graph.py Graph._check_inference: onnx's strict shape "
+    "test_mvn": ("xfail", "engine bug: ortlab/ir/load_rules.py check_inference: onnx's strict shape "
                           "inference fails inside MeanVarianceNormalization's function body (a Constant "
                           "whose value refers to the absent 'axes' attribute) and the engine says 'ORT "
                           "refuses the model'; ORT runs its own kernel"),

@@ -399,7 +399,7 @@ ULP_OPS = {
 SWEEP_OPEN = {
     ("BlackmanWindow", "*"): "ORT's float32 window gives 1.49e-08 where the reference's is 0.0 (element 0): "
                              "not mirrored (signal/window_functions.cc computes a0 - a1 cos + a2 cos in float32)",
-    ("MeanVarianceNormalization", "*"): "engine bug (ortlab/ir/graph.py Graph._check_inference): onnx's strict "
+    ("MeanVarianceNormalization", "*"): "engine bug (ortlab/ir/load_rules.py check_inference): onnx's strict "
                                         "shape inference fails inside the op's function body and the engine "
                                         "refuses the model; ORT runs its own kernel",
     ("AffineGrid", "empty"): "ORT sizes the grid from `size` (N=2) and reads theta past its 0 rows "

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ortlab.errors import OrtlabError
 from ortlab.ir import Graph
-from ortlab.ir.graph import MS_OP_ARITY
+from ortlab.ir.load_rules import MS_OP_ARITY
 from ortlab.onnx_defs import MS_DOMAIN, make_model
 
 F = TensorProto.FLOAT

@@ -10,7 +10,8 @@
 """
 from ortlab.ir.errors import (DuplicateProducerError, GraphCycleError, GraphError, MissingInputError,
                               UnknownOpError)
-from ortlab.ir.graph import Graph, load_model
+from ortlab.ir.graph import Graph
+from ortlab.ir.model_load import load_model
 from ortlab.ir.node import Node
 from ortlab.ir.node_arg import NodeArg, tensor_type
 from ortlab.ir.topological_order import is_topological

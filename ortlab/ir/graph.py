@@ -3,10 +3,10 @@
 Mirrors include/onnxruntime/core/graph/graph.h and onnxruntime/core/graph/graph.cc
 (Graph::Resolve, GetProducerNode, GetConsumerNodes, GetOrCreateNodeArg, AddNode,
 RemoveNode) and the edge helpers of onnxruntime/core/optimizer/utils/graph_utils.h.
-The maps change only through Graph methods, so they are always right.
+The maps change only through Graph methods, so they are always right. resolve() applies the
+rules of load_rules.py; load_model (model_load.py) reads a file with its external data.
 """
 import copy
-import re
 from pathlib import Path
 
 import numpy as np
@@ -14,40 +14,14 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from ortlab.errors import as_names
-from ortlab.ir.errors import (DuplicateProducerError, GraphCycleError, GraphError,  # noqa: F401 (re-exported)
-                              MissingInputError, UnknownOpError)
-from ortlab.ir.node import Node
-from ortlab.ir.node_arg import NodeArg, type_of_tensor
+from ortlab.ir import load_rules
 from ortlab.ir import topological_order as orders
+from ortlab.ir.errors import DuplicateProducerError, GraphError, MissingInputError
+from ortlab.ir.model_load import load_model
+from ortlab.ir.node import Node, node_label
+from ortlab.ir.node_arg import NodeArg, type_of_tensor
 from ortlab.ops import schemas
-from ortlab.onnx_defs import DEFAULT_OPSET, IR_VERSION, ONNX_DOMAIN, domain_of, opset_of
-
-# Domains whose schemas live in ORT's C++ only; onnx.defs cannot check their ops.
-ORT_DOMAINS = ("com.microsoft", "com.microsoft.nchwc", "com.microsoft.internal.nhwc")
-
-# The highest opset per domain that onnxruntime 1.19.2 accepts (a model stamped higher fails to
-# load: onnxruntime/core/graph/model_load_utils.h, ValidateOpsetForDomain). onnx itself may know
-# newer ones (onnx 1.17 has opset 22), which ORT 1.19.2 still refuses.
-ORT_VERSION = "1.19.2"
-ORT_MAX_OPSET = {ONNX_DOMAIN: 21, "com.microsoft": 1}
-
-# {com.microsoft op: ((fewest, most inputs), (fewest, most outputs))} as ORT 1.19.2's schemas allow
-# them (onnxruntime/core/graph/contrib_ops/contrib_defs.cc, bert_defs.cc,
-# orttraining/orttraining/core/graph/training_op_defs.cc): the contrib ops ortlab's fusions and
-# gradient builders write. ORT refuses a node outside these ranges on load; other ops of the domain
-# are left to onnxruntime.
-MS_OP_ARITY = {
-    "FusedMatMul": ((2, 2), (1, 1)), "BiasGelu": ((2, 2), (1, 1)), "Gelu": ((1, 1), (1, 1)),
-    "FastGelu": ((1, 2), (1, 1)), "QuickGelu": ((1, 1), (1, 1)), "FusedGemm": ((2, 3), (1, 1)),
-    "FusedConv": ((2, 4), (1, 1)), "SkipLayerNormalization": ((3, 5), (1, 4)),
-    "SkipSimplifiedLayerNormalization": ((3, 4), (1, 4)), "BiasSoftmax": ((2, 2), (1, 1)),
-    "BiasDropout": ((2, 5), (1, 2)), "BitmaskDropout": ((1, 3), (1, 2)), "Attention": ((2, 7), (1, 2)),
-    "ReluGrad": ((2, 2), (1, 1)), "GeluGrad": ((2, 2), (1, 1)), "BiasGeluGrad_dX": ((3, 3), (1, 1)),
-    "SoftmaxGrad_13": ((2, 2), (1, 1)), "DropoutGrad": ((2, 4), (1, 1)), "Scale": ((2, 2), (1, 1)),
-    "BroadcastGradientArgs": ((2, 2), (0, 2)), "SoftmaxCrossEntropyLossGrad": ((3, 4), (1, 1)),
-    "LayerNormalizationGrad": ((5, 5), (3, 3)), "ConvGrad": ((3, 3), (0, 3)), "GatherGrad": ((3, 3), (1, 1)),
-    "ReduceSumTraining": ((2, 2), (1, 1)),
-}
+from ortlab.onnx_defs import DEFAULT_OPSET, IR_VERSION, ONNX_DOMAIN, domain_of
 
 
 class Graph:
@@ -257,7 +231,7 @@ class Graph:
         if not isinstance(slot, int) or not 0 <= slot < len(args):
             which = "input" if args is node.inputs else "output"
             listed = ", ".join(a.name or "''" for a in args)
-            raise GraphError(f"node {_label(node)} has no {which} {slot!r}: it has {len(args)} "
+            raise GraphError(f"node {node_label(node)} has no {which} {slot!r}: it has {len(args)} "
                              f"({listed}), numbered from 0")
         if not isinstance(name, str):
             raise GraphError(f"a value name is a str, not {type(name).__name__} {name!r}")
@@ -354,9 +328,9 @@ class Graph:
         schemas (LayerNormalization-1 and the like, ortlab.ops.schemas) are installed first.
         """
         schemas.install()
-        self._check_opsets()
-        self._check_graph_inputs()
-        self._check_node_names()
+        load_rules.check_opsets(self)
+        load_rules.check_graph_inputs(self)
+        load_rules.check_node_names(self)
         for name, found in self._producers.items():
             if len(found) > 1:
                 raise DuplicateProducerError(self._duplicate_message(name, found))
@@ -366,158 +340,24 @@ class Graph:
             for arg in node.inputs:
                 if arg.exists() and arg.name not in sources:
                     raise MissingInputError(
-                        f"node {_label(node)} reads '{arg.name}', which no node produces and which "
+                        f"node {node_label(node)} reads '{arg.name}', which no node produces and which "
                         "is neither a graph input nor an initializer; add a producer, make it a graph "
                         "input, or fix the name")
-            if self._check_op(node):
-                ctx = ctx or self._checker_context()
-                self._check_node(node, ctx)
+            if load_rules.check_op(self, node):
+                ctx = ctx or load_rules.checker_context(self)
+                load_rules.check_node(self, node, ctx)
         for name in self.outputs:
             if name not in sources:
                 raise MissingInputError(f"graph output '{name}' is produced by no node")
         order = orders.reverse_dfs_order(self)
         if infer_shapes:
-            self._check_inference()
+            load_rules.check_inference(self)
             self._infer_shapes()
         return order
 
     def topological_order(self, kind="default"):
         """Nodes in ORT's DEFAULT (reverse DFS) or PRIORITY_BASED (Kahn) order."""
         return orders.topological_order(self, kind)
-
-    def _check_opsets(self):
-        for domain, version in self.opset_imports.items():
-            if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-                raise UnknownOpError(f"the opset import of domain '{domain or 'ai.onnx'}' has version "
-                                     f"{version!r}; an opset version is a positive int")
-            highest = ORT_MAX_OPSET.get(domain_of(domain))
-            if highest is not None and version > highest:
-                raise UnknownOpError(
-                    f"the model imports opset {version} of domain '{domain or 'ai.onnx'}', but ORT "
-                    f"{ORT_VERSION} supports up to opset {highest} there and refuses the model; "
-                    f"import opset {highest} or lower")
-
-    def _check_graph_inputs(self):
-        seen = set()
-        for name in self.inputs:
-            if name in seen:
-                raise GraphError(f"graph input '{name}' is declared more than once; ORT refuses the "
-                                 "model (\"Duplicate definition-site\"): keep one declaration")
-            seen.add(name)
-
-    def _check_node_names(self):
-        """Two nodes may not share a name; any number may have none (graph.cc, VerifyNoDuplicateName)."""
-        seen = {}
-        for node in self.nodes():
-            if node.name and node.name in seen:
-                raise GraphError(f"two nodes are named '{node.name}' ({_label(seen[node.name])} and "
-                                 f"{_label(node)}); ORT refuses the model (\"two nodes with same node name\"): "
-                                 "rename one, or leave node names empty")
-            seen.setdefault(node.name, node)
-
-    def _check_ms_arity(self, node):
-        """A com.microsoft op of MS_OP_ARITY has as many inputs and outputs as its schema allows."""
-        if domain_of(node.domain) != "com.microsoft" or node.op_type not in MS_OP_ARITY:
-            return
-        for what, args, (lo, hi) in zip(("inputs", "outputs"), (node.inputs, node.outputs), MS_OP_ARITY[node.op_type]):
-            if not lo <= len(args) <= hi:
-                allowed = str(lo) if lo == hi else f"{lo} to {hi}"
-                raise GraphError(f"node {_label(node)}: com.microsoft {node.op_type} takes {allowed} {what}, "
-                                 f"this one has {len(args)} {what}; ORT refuses the model (\"{what[:-1]} size "
-                                 f"{len(args)} not in range\"): give it {allowed} {what}")
-
-    def _check_op(self, node):
-        """Check that the op exists; returns True when onnx.defs holds its schema (so its
-        arity, attributes and types can be checked too)."""
-        domain = node.domain or ""
-        version = opset_of(self.opset_imports, domain)
-        if version is None:
-            raise UnknownOpError(f"node {_label(node)} uses domain '{domain or 'ai.onnx'}', which the "
-                                 f"model does not import; add opset_import('{domain}', <version>)")
-        if domain in ORT_DOMAINS:
-            self._check_ms_arity(node)
-            return False  # ORT's C++ schemas: the rest is checked by onnxruntime when a session loads the model
-        if any(f.name == node.op_type and f.domain == domain for f in self.model_fields.get("functions", [])):
-            return False
-        try:
-            onnx.defs.get_schema(node.op_type, version, domain)
-        except onnx.defs.SchemaError:
-            known = onnx.defs.has(node.op_type, domain)
-            why = (f"its first version is newer than opset {version}; raise the model's opset "
-                   "import" if known else "no schema with that name exists in that domain; check the "
-                   "spelling, or register a schema (onnx.defs.register_schema) or a model function")
-            raise UnknownOpError(f"node {_label(node)}: op '{node.op_type}' of domain "
-                                 f"'{domain or 'ai.onnx'}' is not known at opset {version}: {why}") from None
-        return True
-
-    def _checker_context(self):
-        ctx = onnx.checker.C.CheckerContext()
-        ctx.ir_version = int(self.model_fields.get("ir_version") or IR_VERSION)
-        imports = dict(self.opset_imports)
-        if opset_of(imports, ONNX_DOMAIN) is not None:  # "ai.onnx" is an alias of ""
-            imports[ONNX_DOMAIN] = opset_of(imports, ONNX_DOMAIN)
-        ctx.opset_imports = imports
-        return ctx
-
-    def _check_node(self, node, ctx):
-        """The node against its schema: input and output counts, required, unknown and
-        mistyped attributes (onnx.checker.check_node, what ORT's VerifyNodeAndOpMatch does)."""
-        proto = node.to_proto()
-        try:
-            if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in proto.attribute):
-                onnx.checker.check_graph(self._scope_of(proto), ctx)
-            else:
-                onnx.checker.check_node(proto, ctx)
-        except onnx.checker.ValidationError as exc:
-            reason = str(exc).strip().splitlines()[0]
-            raise GraphError(f"node {_label(node)} does not match the schema of {node.op_type} "
-                             f"(opset {ctx.opset_imports.get(node.domain or '', '?')}): {reason} "
-                             "Fix the node's inputs, outputs or attributes (see onnx.defs.get_schema("
-                             f"'{node.op_type}') for what it takes)") from None
-
-    def _scope_of(self, proto):
-        """A graph holding only `proto` whose inputs are every value of this graph: a subgraph (If, Loop, Scan)
-        may read values of the graph around it (its lexical scope, as ORT's Graph resolves it), which a
-        check of the node alone would call undefined. The types are placeholders: this checks structure,
-        and type and shape inference checks the types."""
-        visible = [name for name in self._args if name not in proto.output]
-        return helper.make_graph([proto], "scope", [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [])
-                                                    for name in visible],
-                                 [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [])
-                                  for name in proto.output if name])
-
-    def _check_inference(self):
-        """Strict type and shape inference, as ORT's InferAndVerifyTypeMatch: incompatible shapes,
-        bad attribute values and mismatched types fail, naming the node.
-
-        Declared shapes of non-input values are left out first: where ONNX's inference
-        disagrees with them, ORT warns and merges leniently (graph.cc, MergeShapeInfo). No data
-        propagation here: ORT 1.19.2 loads a Reshape whose computed target holds two -1 (and fails
-        only when it runs), which ONNX's data propagation refuses."""
-        model = self.to_model()
-        g = model.graph
-        by_outputs = {(n.op_type, tuple(n.output_names)): n for n in self.nodes()}
-        nodes = {}
-        for k, proto in enumerate(g.node):
-            proto.name = f"__ortlab_node_{k}"
-            nodes[proto.name] = by_outputs.get((proto.op_type, tuple(proto.output)))
-        for vi in list(g.output) + list(g.value_info):
-            if vi.type.HasField("tensor_type"):
-                vi.type.tensor_type.ClearField("shape")
-        try:
-            shape_inference.infer_shapes(model, strict_mode=True, check_type=True, data_prop=False)
-        except Exception as exc:
-            text = str(exc)
-            match = re.search(r"\(op_type:([^,]*), node name: (__ortlab_node_\d+)\): (.*)", text)
-            if match is None:
-                raise GraphError(f"type and shape inference failed: {text.strip().splitlines()[0]}") from None
-            node = nodes.get(match.group(2))
-            where = _label(node) if node is not None else f"a {match.group(1)} node"
-            reason = match.group(3).strip()
-            inputs = ", ".join(f"{a.name} {_describe(a)}" for a in node.inputs if a.exists()) if node else "?"
-            raise GraphError(f"node {where}: type and shape inference fails, so ORT refuses the "
-                             f"model: {reason}; check the shapes and types of its inputs ({inputs}) "
-                             "and its attributes") from None
 
     def _infer_shapes(self):
         try:
@@ -548,25 +388,13 @@ class Graph:
                 del table[name]
 
     def _duplicate_message(self, name, found):
-        who = " and ".join(_label(self._nodes[i]) for i in found)
+        who = " and ".join(node_label(self._nodes[i]) for i in found)
         return (f"'{name}' is produced by {who}; each value must have exactly one producer. "
                 "Rename one of the outputs")
 
     def __repr__(self):
         return (f"Graph('{self.name}': {len(self.nodes())} nodes, inputs={self.inputs}, "
                 f"outputs={self.outputs}, {len(self.initializers)} initializers)")
-
-
-
-
-def _describe(arg):
-    """'float32[2, 3]' (or '?' parts where unknown) for messages."""
-    shape = "[?]" if arg.shape is None else "[" + ", ".join("?" if d is None else str(d) for d in arg.shape) + "]"
-    return f"{arg.dtype or '?'}{shape}"
-
-
-def _label(node):
-    return f"'{node.name}' (#{node.index} {node.op_type})" if node.name else f"#{node.index} {node.op_type} (no name)"
 
 
 _CONSTANT_DTYPES = {"value_float": np.float32, "value_floats": np.float32,
@@ -584,60 +412,3 @@ def constant_value(node):
     if attr.name in _CONSTANT_DTYPES:
         return np.array(helper.get_attribute_value(attr), dtype=_CONSTANT_DTYPES[attr.name])
     return None
-
-
-def load_model(path):
-    """onnx.load with an OrtlabError that says what went wrong (a missing file, a missing
-    external-data file, bytes that are not a model)."""
-    if not isinstance(path, (str, Path)):
-        raise GraphError(f"load_model() takes a path (str or pathlib.Path), not {type(path).__name__}")
-    path = Path(path)
-    if path.is_dir():
-        raise GraphError(f"{path} is a folder, not a model file; give the path of the .onnx file")
-    if not path.is_file():
-        raise GraphError(f"{path}: no such model file")
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:
-        raise GraphError(f"{path} is not a readable ONNX model ({type(exc).__name__}); "
-                         "is it a .onnx file?") from None
-    missing = missing_external_data(model, path.parent)
-    if missing:
-        tensor, file = missing[0]
-        more = f" (and {len(missing) - 1} more tensors)" if len(missing) > 1 else ""
-        raise GraphError(f"{path}: the data of initializer '{tensor}'{more} is stored outside the model "
-                         f"in {file}, which does not exist; put that file next to the model (external "
-                         "data paths are relative to the model's folder) or save the model again with "
-                         "its weights inside")
-    try:
-        onnx.load_external_data_for_model(model, str(path.parent))
-    except Exception as exc:
-        raise GraphError(f"{path}: its external data could not be read ({type(exc).__name__}: "
-                         f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})") from None
-    return model
-
-
-def missing_external_data(model, folder):
-    """[(tensor name, path)] of the external-data files a model refers to that do not exist
-    (initializers and Constant-like attributes, subgraphs included)."""
-    missing = []
-    for tensor in _tensors(model.graph):
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-            file = Path(folder) / location
-            if not location or not file.is_file():
-                missing.append((tensor.name, file))
-    return missing
-
-
-def _tensors(graph):
-    yield from graph.initializer
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                yield attr.t
-            yield from attr.tensors
-            if attr.HasField("g"):
-                yield from _tensors(attr.g)
-            for sub in attr.graphs:
-                yield from _tensors(sub)

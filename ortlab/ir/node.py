@@ -118,6 +118,11 @@ class Node:
                 f"outputs={self.output_names})")
 
 
+def node_label(node):
+    """How ir's messages name a node: 'name' (#index op_type), or #index op_type (no name)."""
+    return f"'{node.name}' (#{node.index} {node.op_type})" if node.name else f"#{node.index} {node.op_type} (no name)"
+
+
 def _subgraph_reads(graph_proto, found):
     """Append to `found` the names a subgraph reads without defining them (nested subgraphs included)."""
     defined = {i.name for i in graph_proto.input} | {t.name for t in graph_proto.initializer}
