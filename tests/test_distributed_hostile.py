@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from ortlab.distributed import LaunchError, launch, launcher
+from ortlab.distributed import LaunchError, launch, launch_report, launcher
 from ortlab.walkthroughs import distributed_training as examples
 from ortlab.distributed.collectives import CollectiveError, ring_bytes_per_rank
 from ortlab.distributed.data_parallel import DataParallelError, assign_buckets
@@ -177,15 +177,15 @@ def test_numpy_numbers_are_numbers():
 
 
 def test_rank_ranges():
-    assert launcher.rank_ranges([5, 0, 1, 2, 3, 7, 8, 10]) == "0-3, 5, 7, 8, 10"
-    assert launcher.rank_ranges([1]) == "1" and launcher.rank_ranges([]) == ""
+    assert launch_report.rank_ranges([5, 0, 1, 2, 3, 7, 8, 10]) == "0-3, 5, 7, 8, 10"
+    assert launch_report.rank_ranges([1]) == "1" and launch_report.rank_ranges([]) == ""
 
 
 def test_a_timeout_of_many_ranks_is_summarised():
     phases = {r: "not started" for r in range(4, 100)}
     phases.update({0: "fn", 1: "fn", 2: "fn", 3: "starting"})
     stacks = {0: "    A", 1: "    A", 2: "    B", 3: "    C"}
-    lines, hung = launcher.timeout_summary(100, 60, phases, stacks, workers=2)
+    lines, hung = launch_report.timeout_summary(100, 60, phases, stacks, workers=2)
     assert hung == list(range(100)) and len(lines) == 9
     assert lines[0] == "ranks 0-99 of 100 did not finish within the time limit (timeout=60 s)"
     assert lines[1].startswith("ranks 4-99 had not started: their processes were still being created")
@@ -195,9 +195,9 @@ def test_a_timeout_of_many_ranks_is_summarised():
     assert lines[4] == "rank 2 was inside fn; its Python stack (most recent call first):"
     assert lines[6].startswith("rank 3 was starting") and lines[-1] == "All ranks were stopped."
     many = {r: "fn" for r in range(8)}
-    lines, _ = launcher.timeout_summary(8, 5, many, {r: f"    line {r}" for r in range(8)}, workers=2)
+    lines, _ = launch_report.timeout_summary(8, 5, many, {r: f"    line {r}" for r in range(8)}, workers=2)
     assert lines[-2] == "ranks 3-7 had other stacks, not shown: read them in the error's .stacks"
-    assert len(lines) == 1 + 2 * launcher.STACKS_SHOWN + 2
+    assert len(lines) == 1 + 2 * launch_report.STACKS_SHOWN + 2
 
 
 def test_a_timeout_before_the_ranks_start_says_so():

@@ -144,7 +144,7 @@ def test_a_failing_rank_is_named_with_its_exception():
     message = str(error)
     assert message.startswith("rank 1 of 2 raised ValueError: rank 1 fails on purpose")
     assert "in fail_on_rank" in message and "in _fail" in message
-    assert "launcher.py" not in message and "multiprocessing" not in message
+    assert "launcher.py" not in message and "rank_worker.py" not in message and "multiprocessing" not in message
     assert "The other ranks were stopped." in message
     assert_nothing_left(error.pids, dirs)
 

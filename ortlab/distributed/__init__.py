@@ -1,7 +1,8 @@
 """Distributed training on real local processes with torch.distributed (gloo on CPU, NCCL on GPUs).
 
     launch(fn, world_size)        run an importable fn(rank, world_size, *args) on N local ranks,
-                                  rendezvous on loopback only; each rank's return value (launcher.py)
+                                  rendezvous on loopback only; each rank's return value (launcher.py;
+                                  one rank's process: rank_worker.py; results and errors: launch_report.py)
     zero(model, opt_cls, stage)   ZeRO stage 1, 2 or 3 around any model: (model, optimizer) (zero.py)
 
 One module per technique, each a readable mirror checked against one process and the stock version:

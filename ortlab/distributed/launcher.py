@@ -22,84 +22,35 @@ as one fails. What differs, on purpose, for notebooks, tests and labs:
 
 `fn(rank, world_size, *args)` must be importable by the spawned processes: a function at the top level
 of a module (a notebook cell is not one: put the function in a .py file and import it).
+
+This module is the caller's side (check, start, watch, stop); rank_worker.py is what each spawned rank
+runs, launch_report.py what a launch gives back and how its errors sum up many ranks.
 """
-import faulthandler
 import multiprocessing
 import numbers
 import os
 import pickle
-import re
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
-import traceback
 import warnings
-from datetime import timedelta
 from multiprocessing.connection import wait as wait_for_any
 
-from ortlab.errors import OrtlabError
+from ortlab.distributed.launch_report import (RANK_START_CPU_S, LaunchError, LaunchResult, LaunchWarning,
+                                             group_by, ranks_text, timeout_summary)
+from ortlab.distributed.rank_worker import RankFiles, run_worker, trimmed_stack, write_atomic
 
 BACKENDS = ("gloo", "nccl")
 # Each rank is a whole Python process that imports torch and joins the group: about 1.3 s of CPU and 215 MB
 # of private memory (measured on a 2-core machine), and every collective waits for all ranks to be scheduled.
 # Beyond a few ranks per core a launch only waits longer; every pattern here shows with 2 to 8 ranks.
 MAX_RANKS_PER_CORE = 4
-RANK_START_CPU_S = 1.3
 RANK_MEMORY_MB = 256
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week; the wait below takes at most about 24 days (2**31 ms)
-STACKS_SHOWN = 3
 STOP_WAIT_S = 2.0
 STACK_WAIT_S = 2.0
-WATCHDOG_GRACE_S = 30.0
-_THIS_FILE = os.path.abspath(__file__)
-_PHASES = ("starting", "fn", "returned")
-
-
-class LaunchError(OrtlabError):
-    """A launch failed: bad input, or a rank raised, died or ran past the time limit.
-
-    `rank` is the rank the error is about (None for bad input), `kind` one of 'input', 'raised',
-    'died', 'timeout'; `outputs` / `stderr` hold what each rank printed, `pids` the ranks' process ids,
-    `stacks` (after a timeout) {rank: its Python stack} for every rank that answered, shown or not.
-    """
-
-    def __init__(self, message, rank=None, kind="input", outputs=(), stderr=(), pids=(), stacks=None):
-        super().__init__(message)
-        self.rank = rank
-        self.kind = kind
-        self.outputs = list(outputs)
-        self.stderr = list(stderr)
-        self.pids = list(pids)
-        self.stacks = dict(stacks or {})
-
-
-class LaunchWarning(UserWarning):
-    """A launch that runs but deserves a note (more ranks x threads than cores)."""
-
-
-class LaunchResult(list):
-    """Each rank's return value in rank order (a plain list), plus what each rank printed.
-
-    `outputs[r]` / `stderr[r]` are rank r's stdout / stderr, `pids` the ranks' process ids,
-    `backend` the process group's backend, `seconds` the launch's wall time.
-    """
-
-    def __init__(self, values, outputs, stderr, pids, backend, seconds):
-        super().__init__(values)
-        self.outputs = outputs
-        self.stderr = stderr
-        self.pids = pids
-        self.backend = backend
-        self.seconds = seconds
-
-    def show(self, stderr=False):
-        """Print what each rank printed, rank by rank, each line prefixed with `[rank r]`."""
-        for rank, text in enumerate(self.stderr if stderr else self.outputs):
-            for line in text.splitlines():
-                print(f"[rank {rank}] {line}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,135 +234,6 @@ def _warn_if_oversubscribed(world_size, threads_per_rank):
 
 
 # ---------------------------------------------------------------------------------------------
-# One rank: runs in the spawned process.
-
-
-class _RankFiles:
-    """The files one rank writes in the launch's directory."""
-
-    def __init__(self, workdir, rank):
-        base = os.path.join(workdir, f"rank{rank}")
-        self.stdout = base + ".stdout"
-        self.stderr = base + ".stderr"
-        self.stack = base + ".stack"
-        self.phase = base + ".phase"
-        self.result = base + ".result"
-        self.error = base + ".error"
-
-
-def _write_atomic(path, data):
-    with open(path + ".tmp", "wb") as f:
-        f.write(data)
-    os.replace(path + ".tmp", path)
-
-
-def _redirect_output(files):
-    for fd, path in ((1, files.stdout), (2, files.stderr)):
-        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(target, fd)
-        os.close(target)
-    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
-    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
-
-
-def loopback_interface():
-    """Name of the loopback network interface ('lo' on Linux), or None where there is none."""
-    names = {name for _, name in socket.if_nameindex()}
-    return next((name for name in ("lo", "lo0") if name in names), None)
-
-
-def rank_environment(rank, world_size, threads):
-    """The variables a rank runs with: torchrun's RANK/WORLD_SIZE/LOCAL_*, thread counts, loopback."""
-    env = {"RANK": rank, "WORLD_SIZE": world_size, "LOCAL_RANK": rank, "LOCAL_WORLD_SIZE": world_size,
-           "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-    interface = loopback_interface()
-    if interface:
-        env.update(GLOO_SOCKET_IFNAME=interface, NCCL_SOCKET_IFNAME=interface)
-    return {key: str(value) for key, value in env.items()}
-
-
-def _trimmed_traceback(exc):
-    """The exception's traceback without the launcher's own frames."""
-    summary = traceback.TracebackException.from_exception(exc)
-    summary.stack = traceback.StackSummary.from_list(
-        [frame for frame in summary.stack if os.path.abspath(frame.filename) != _THIS_FILE])
-    return "".join(summary.format())
-
-
-def _init_group(backend, rank, world_size, workdir, timeout):
-    import torch
-    import torch.distributed as dist
-
-    if backend == "nccl":
-        torch.cuda.set_device(rank)
-    # A collective must not time out before the launcher does, or the rank waiting for a hung peer
-    # would be reported instead of the hung one.
-    dist.init_process_group(backend, init_method="file://" + os.path.join(workdir, "rendezvous"),
-                            rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout + 60))
-
-
-def _teardown():
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
-
-
-def _run_rank(rank, world_size, workdir, backend, threads, timeout, files, phase):
-    import torch
-
-    torch.set_num_threads(threads)
-    try:
-        torch.set_num_interop_threads(threads)
-    except RuntimeError:  # already set: the caller's script imported torch and ran inter-op work
-        pass
-    with open(os.path.join(workdir, "job.pkl"), "rb") as f:
-        fn, args = pickle.load(f)
-    _init_group(backend, rank, world_size, workdir, timeout)
-    phase(1)
-    value = fn(rank, world_size, *args)
-    phase(2)
-    try:
-        blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:
-        raise LaunchError(f"the value fn returned ({type(value).__name__}) cannot be pickled back to the "
-                          f"caller: {exc}; return plain data, arrays or tensors") from exc
-    _write_atomic(files.result, blob)
-    _teardown()
-
-
-def _worker(rank, world_size, workdir, backend, threads, timeout):
-    """The body of one rank's process: capture output, join the group, run fn, report."""
-    files = _RankFiles(workdir, rank)
-    _redirect_output(files)
-    os.environ.update(rank_environment(rank, world_size, threads))
-    stack_file = open(files.stack, "w")
-    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
-    # Backstop if the caller is gone: the rank dumps its stack and exits on its own.
-    faulthandler.dump_traceback_later(timeout + WATCHDOG_GRACE_S, exit=True, file=stack_file)
-    current = [0]
-
-    def phase(index):
-        current[0] = index
-        _write_atomic(files.phase, _PHASES[index].encode())
-
-    phase(0)
-    try:
-        _run_rank(rank, world_size, workdir, backend, threads, timeout, files, phase)
-    except BaseException as exc:  # noqa: B902 - every failure, KeyboardInterrupt included, is reported
-        record = {"rank": rank, "time": time.monotonic(), "phase": _PHASES[current[0]],
-                  "type": type(exc).__name__, "message": str(exc), "traceback": _trimmed_traceback(exc)}
-        _write_atomic(files.error, pickle.dumps(record))
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
-    faulthandler.cancel_dump_traceback_later()
-    sys.stdout.flush()
-    sys.stderr.flush()
-
-
-# ---------------------------------------------------------------------------------------------
 # The caller's side: start, watch, stop, report.
 
 
@@ -479,80 +301,13 @@ def _dump_stacks(processes, ranks, files):
         time.sleep(0.05)
 
 
-def _trimmed_stack(text):
-    """A faulthandler dump without the frames of multiprocessing's bootstrap and the launcher."""
-    skip = (_THIS_FILE, os.path.dirname(os.path.abspath(multiprocessing.__file__)) + os.sep, "<string>")
-    lines = [re.sub(r"0x[0-9a-f]+ ", "", line) for line in text.splitlines()
-             if not any(f'File "{path}' in line for path in skip)]
-    return "\n".join("    " + line for line in lines)
-
-
-def rank_ranges(ranks):
-    """Ranks as short text: runs of three or more as ranges, '0-97, 99'; others listed, '0, 1'."""
-    ranks, parts, i = sorted(ranks), [], 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        parts += [f"{ranks[i]}-{ranks[j]}"] if j - i >= 2 else [str(r) for r in ranks[i:j + 1]]
-        i = j + 1
-    return ", ".join(parts)
-
-
-def _ranks(ranks):
-    return ("rank " if len(ranks) == 1 else "ranks ") + rank_ranges(ranks)
-
-
-def _group_by(ranks, key):
-    """[(value, ranks)] of the ranks grouped by key(rank), in the order each value first appears."""
-    groups = {}
-    for rank in ranks:
-        groups.setdefault(key(rank), []).append(rank)
-    return list(groups.items())
-
-
-def timeout_summary(world, timeout, phases, stacks, workers=None):
-    """The lines of a timeout error: ranks grouped by phase and by identical stack, at most STACKS_SHOWN
-    stacks printed, ranks that never started summed up in one line.
-
-    `phases` {rank: 'not started' | 'starting' | 'fn' | 'returned'} for the ranks still running, `stacks`
-    {rank: trimmed stack text} (missing or '' when the rank did not answer), `workers` the cores."""
-    pending = sorted(phases)
-    hung = [r for r in pending if phases[r] != "returned"] or pending
-    waiting = [r for r in pending if r not in hung]
-    lines = [f"{_ranks(hung)} of {world} did not finish within the time limit (timeout={timeout:g} s)"]
-    unborn = [r for r in hung if phases[r] == "not started"]
-    if unborn:
-        workers = workers or cores()
-        whose = "its process was" if len(unborn) == 1 else "their processes were"
-        lines.append(f"{_ranks(unborn)} had not started: {whose} still being created (each imports torch, about "
-                     f"{RANK_START_CPU_S:g} s of CPU: {world} ranks on {workers} cores need about "
-                     f"{world * RANK_START_CPU_S / workers:.0f} s to start). Raise timeout or use fewer ranks.")
-    where = {"fn": "inside fn", "starting": "starting (importing fn, joining the process group)"}
-    groups = _group_by([r for r in hung if r not in unborn], lambda r: (phases[r], stacks.get(r) or ""))
-    for (phase, stack), ranks in groups[:STACKS_SHOWN]:
-        one = len(ranks) == 1
-        lines.append(f"{_ranks(ranks)} {'was' if one else 'were'} {where.get(phase, phase)}; "
-                     f"{'its' if one else 'their'} Python stack ({'' if one else 'the same on each, '}"
-                     f"most recent call first):")
-        lines.append(stack or "    (no stack: the rank did not answer SIGUSR1)")
-    rest = sorted(r for _, ranks in groups[STACKS_SHOWN:] for r in ranks)
-    if rest:
-        lines.append(f"{_ranks(rest)} had other stacks, not shown: read them in the error's .stacks")
-    if waiting:
-        lines.append(f"{_ranks(waiting)} had returned from fn and {'was' if len(waiting) == 1 else 'were'} "
-                     f"waiting at the final barrier.")
-    lines.append("All ranks were stopped.")
-    return lines, hung
-
-
 def _timeout_error(processes, pending, files, timeout, report):
     phases = {r: _read_text(files[r].phase) or "not started" for r in pending}
     _dump_stacks(processes, [r for r in pending if phases[r] != "returned"] or pending, files)
     _stop(processes)
-    stacks = {r: _trimmed_stack(_read_text(files[r].stack)) for r in pending}
+    stacks = {r: trimmed_stack(_read_text(files[r].stack)) for r in pending}
     stacks = {r: text for r, text in stacks.items() if text.strip()}
-    lines, hung = timeout_summary(len(processes), timeout, phases, stacks)
+    lines, hung = timeout_summary(len(processes), timeout, phases, stacks, cores())
     return LaunchError("\n".join(lines), rank=hung[0], kind="timeout", stacks=stacks, **report())
 
 
@@ -589,9 +344,9 @@ def _failure_error(processes, failed, files, report):
     if starting and "__main__" in first["message"]:
         lines.append("The rank could not find something defined in __main__ (a notebook cell?) that fn or "
                      "args refer to: define it in a module and import it from there.")
-    after = _group_by(records[1:], lambda rec: (rec["type"], (rec["message"].splitlines() or [""])[0]))
+    after = group_by(records[1:], lambda rec: (rec["type"], (rec["message"].splitlines() or [""])[0]))
     for (kind, first_line), group in after:
-        lines.append(f"{_ranks([rec['rank'] for rec in group])} then raised {kind}: {first_line}")
+        lines.append(f"{ranks_text([rec['rank'] for rec in group])} then raised {kind}: {first_line}")
     lines.append("The other ranks were stopped.")
     return LaunchError("\n".join(lines), rank=first["rank"], kind="raised", **report())
 
@@ -618,11 +373,11 @@ def launch(fn, world_size=2, args=(), timeout=60, backend=None, threads_per_rank
     workdir = tempfile.mkdtemp(prefix="ortlab-launch-")
     processes = []
     try:
-        _write_atomic(os.path.join(workdir, "job.pkl"), job)
-        files = [_RankFiles(workdir, rank) for rank in range(world_size)]
+        write_atomic(os.path.join(workdir, "job.pkl"), job)
+        files = [RankFiles(workdir, rank) for rank in range(world_size)]
         context = multiprocessing.get_context("spawn")
         for rank in range(world_size):
-            process = context.Process(target=_worker, name=f"ortlab-rank-{rank}",
+            process = context.Process(target=run_worker, name=f"ortlab-rank-{rank}",
                                       args=(rank, world_size, workdir, backend, threads_per_rank, timeout))
             process.start()
             processes.append(process)
