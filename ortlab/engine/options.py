@@ -16,8 +16,32 @@ LEVEL_NAMES = {"disable": 0, "basic": 1, "extended": 2, "all": 99}
 ORDERS = {0: "default", 1: "priority", "default": "default", "priority": "priority"}
 
 
+class _Options:
+    """What SessionOptions and RunOptions share: typed fields checked when made, and from_any()."""
+
+    argument = ""  # the name InferenceSession's API gives the options
+
+    def __post_init__(self):
+        _check_types(self)
+
+    @classmethod
+    def from_any(cls, options):
+        """`cls` from None (the defaults), a `cls`, or onnxruntime's class of the same name (its attributes read)."""
+        if options is None:
+            return cls()
+        if isinstance(options, cls):
+            return options
+        if type(options).__name__ != cls.__name__:
+            raise InvalidArgument(f"{cls.argument} must be ortlab.engine.{cls.__name__} or onnxruntime.{cls.__name__}, "
+                                  f"not {type(options).__name__}")
+        values = {f.name: getattr(options, f.name) for f in fields(cls) if hasattr(options, f.name)}
+        if values.get("log_severity_level", 2) < 0:  # ORT's -1: the default logger's severity, WARNING
+            values["log_severity_level"] = 2
+        return cls(**values)
+
+
 @dataclass
-class SessionOptions:
+class SessionOptions(_Options):
     """graph_optimization_level: 0, 1, 2 or 99 (ORT's enum or its name: 'disable', 'basic', 'extended',
     'all'; default 99, ORT's); execution_order: 'default' (reverse DFS) or 'priority' (priority-based
     Kahn), as ortlab.ir computes them; enable_profiling, profile_file_prefix; log_severity_level
@@ -37,13 +61,7 @@ class SessionOptions:
     enable_mem_pattern: bool = True
     enable_mem_reuse: bool = True
     memory_planner: object = "ort"
-
-    def __post_init__(self):
-        _check_types(self)
-
-    @classmethod
-    def from_any(cls, options):
-        return _from_any(cls, options, "sess_options")
+    argument = "sess_options"
 
     def level(self):
         """ortlab.transformers' level (0 means no transformers)."""
@@ -87,7 +105,7 @@ def _enum_int(value):
 
 
 @dataclass
-class RunOptions:
+class RunOptions(_Options):
     """terminate: stop the run before its next node; only_execute_path_to_fetches: run only the
     nodes the requested outputs need; log_severity_level; run_tag (a name for the run's log)."""
 
@@ -95,13 +113,7 @@ class RunOptions:
     only_execute_path_to_fetches: bool = False
     log_severity_level: int = 2
     run_tag: str = ""
-
-    def __post_init__(self):
-        _check_types(self)
-
-    @classmethod
-    def from_any(cls, options):
-        return _from_any(cls, options, "run_options")
+    argument = "run_options"
 
 
 def _check_types(options):
@@ -114,18 +126,3 @@ def _check_types(options):
             raise InvalidArgument(f"{type(options).__name__}.{f.name} takes a str, not {value!r}")
         if kind in (int, "int") and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
             raise InvalidArgument(f"{type(options).__name__}.{f.name} takes an int, not {value!r}")
-
-
-def _from_any(cls, options, what):
-    """`cls` from None (the defaults), a `cls`, or onnxruntime's class of the same name (its attributes read)."""
-    if options is None:
-        return cls()
-    if isinstance(options, cls):
-        return options
-    if type(options).__name__ != cls.__name__:
-        raise InvalidArgument(f"{what} must be ortlab.engine.{cls.__name__} or onnxruntime.{cls.__name__}, "
-                              f"not {type(options).__name__}")
-    values = {f.name: getattr(options, f.name) for f in fields(cls) if hasattr(options, f.name)}
-    if values.get("log_severity_level", 2) < 0:  # ORT's -1: the default logger's severity, WARNING
-        values["log_severity_level"] = 2
-    return cls(**values)
