@@ -7,7 +7,7 @@ Gemm broadcasts one way to the [M, N] result: [N], [1, N], [M, 1] or [M, N]. The
 transA, transB and alpha, sets beta to 1 and takes the Sum's output.
 """
 from ortlab.transformers import graph_utils as gu
-from ortlab.transformers.graph_transformer import RewriteRule, RuleEffect
+from ortlab.transformers.graph_transformer import PlannedRule, RuleEffect
 from ortlab.transformers.registry import register_rule
 
 
@@ -20,12 +20,12 @@ def bias_fits(c, m, n):
 
 
 @register_rule(level=1)
-class GemmSumFusion(RewriteRule):
+class GemmSumFusion(PlannedRule):
     """Sum(Gemm(A, B), C) -> Gemm(A, B, C, beta=1)."""
 
     target_op_types = ("Gemm",)
 
-    def _sum_and_bias(self, graph, gemm):
+    def plan(self, graph, gemm):
         """(the Sum, its other input), or None; says why when the Sum is there but does not fit."""
         if not gu.is_op_version(graph, gemm, "Gemm", (11, 13)) or len(gemm.input_names) != 2:
             return None
@@ -41,11 +41,8 @@ class GemmSumFusion(RewriteRule):
             return None
         return s, bias
 
-    def satisfy_condition(self, graph, gemm):
-        return self._sum_and_bias(graph, gemm) is not None
-
-    def apply(self, graph, gemm):
-        s, bias = self._sum_and_bias(graph, gemm)
+    def rewrite(self, graph, gemm, plan):
+        s, bias = plan
         attrs = {"transA": gemm.attribute("transA", 0), "transB": gemm.attribute("transB", 0),
                  "alpha": gemm.attribute("alpha", 1.0), "beta": 1.0}
         gu.fuse(self, graph, [gemm, s], "Gemm", gemm.input_names + [bias], s.output_names, **attrs)

@@ -11,7 +11,7 @@ reader; the output form needs Gemm-11/13 (C optional) and a Gemm output read onl
 Transpose. A Transpose read by other Gemms stays until the last of them folds it.
 """
 from ortlab.transformers import graph_utils as gu
-from ortlab.transformers.graph_transformer import RewriteRule, RuleEffect
+from ortlab.transformers.graph_transformer import PlannedRule, RuleEffect
 from ortlab.transformers.registry import register_rule
 
 GEMM_VERSIONS = (1, 6, 7, 9, 11, 13)
@@ -39,12 +39,12 @@ def _foldable_input(graph, t):
 
 
 @register_rule(level=1)
-class GemmTransposeFusion(RewriteRule):
+class GemmTransposeFusion(PlannedRule):
     """Gemm(Transpose(A), B) -> Gemm(A, B, transA=1); Transpose(Gemm(A, B)) -> Gemm(B, A, transA=1, transB=1)."""
 
     target_op_types = ("Gemm",)
 
-    def _plan(self, graph, gemm):
+    def plan(self, graph, gemm):
         """([slots whose Transpose folds], the output Transpose or None), or None when nothing folds."""
         if not gu.is_op_version(graph, gemm, "Gemm", GEMM_VERSIONS):
             return None
@@ -62,11 +62,8 @@ class GemmTransposeFusion(RewriteRule):
             return None
         return slots, after
 
-    def satisfy_condition(self, graph, gemm):
-        return self._plan(graph, gemm) is not None
-
-    def apply(self, graph, gemm):
-        slots, after = self._plan(graph, gemm)
+    def rewrite(self, graph, gemm, plan):
+        slots, after = plan
         trans = [gemm.attribute("transA", 0), gemm.attribute("transB", 0)]
         inputs, removed = list(gemm.input_names), [gemm]
         for s in slots:

@@ -129,6 +129,24 @@ class RewriteRule(_Explained):
         return f"{self.name}(targets={list(self.target_op_types) or 'all ops'})"
 
 
+class PlannedRule(RewriteRule):
+    """A rewrite rule whose condition is finding its plan: plan(graph, node) returns what the rewrite
+    needs (plain data) or None where the rule does not fit; satisfy_condition holds when there is a
+    plan, and apply(graph, node) is rewrite(graph, node, plan)."""
+
+    def plan(self, graph, node):
+        raise NotImplementedError(f"{self.name} must implement plan(graph, node) -> its plan, or None")
+
+    def rewrite(self, graph, node, plan):
+        raise NotImplementedError(f"{self.name} must implement rewrite(graph, node, plan) -> RuleEffect")
+
+    def satisfy_condition(self, graph, node):
+        return self.plan(graph, node) is not None
+
+    def apply(self, graph, node):
+        return self.rewrite(graph, node, self.plan(graph, node))
+
+
 class RuleBasedGraphTransformer(GraphTransformer):
     """Runs a set of RewriteRules over the graph (rule_based_graph_transformer.cc).
 
