@@ -183,7 +183,32 @@ def _check_divisible(size, world_size, what):
     return size // world_size
 
 
-class ColumnParallelLinear(nn.Module):
+class _ParallelLinear(nn.Module):
+    """What both Megatron layers share: made from a full nn.Linear, they keep this rank's equal slice of
+    one side of it (`split`: 'out_features' for the column layer, 'in_features' for the row layer)."""
+
+    split = ""
+    flag = ""  # the layer's one option, shown by repr
+
+    def __init__(self, linear, rank, world_size, group):
+        super().__init__()
+        _check_linear(linear, "linear")
+        self.rank, self.world_size = _rank_and_world(rank, world_size, group)
+        self.group = group
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def local_slice(self):
+        """Rank r's features of the split side: [r*n/W, (r+1)*n/W)."""
+        local = _check_divisible(getattr(self, self.split), self.world_size, self.split)
+        return slice(self.rank * local, (self.rank + 1) * local)
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(in={self.in_features}, out={self.out_features}, rank={self.rank}/"
+                f"{self.world_size}, local weight {tuple(self.weight.shape)}, "
+                f"{self.flag}={getattr(self, self.flag)})")
+
+
+class ColumnParallelLinear(_ParallelLinear):
     """Y_r = f(X) A_r^T + b_r: rank r keeps output features [r*n/W, (r+1)*n/W) of a full nn.Linear.
 
     Mirrors megatron/core/tensor_parallel/layers.py ColumnParallelLinear. With gather_output=True the
@@ -191,14 +216,12 @@ class ColumnParallelLinear(nn.Module):
     a RowParallelLinear).
     """
 
+    split, flag = "out_features", "gather_output"
+
     def __init__(self, linear, rank=None, world_size=None, gather_output=False, group=None):
-        super().__init__()
-        _check_linear(linear, "linear")
-        self.rank, self.world_size = _rank_and_world(rank, world_size, group)
-        self.group, self.gather_output = group, bool(gather_output)
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        local = _check_divisible(linear.out_features, self.world_size, "out_features")
-        rows = slice(self.rank * local, (self.rank + 1) * local)
+        super().__init__(linear, rank, world_size, group)
+        self.gather_output = bool(gather_output)
+        rows = self.local_slice()
         self.weight = nn.Parameter(linear.weight.detach()[rows].clone())
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach()[rows].clone())
 
@@ -207,13 +230,8 @@ class ColumnParallelLinear(nn.Module):
         y = F.linear(copy_to_parallel(x, self.group), self.weight, self.bias)
         return GatherFromParallel.apply(y, self.group) if self.gather_output else y
 
-    def __repr__(self):
-        return (f"ColumnParallelLinear(in={self.in_features}, out={self.out_features}, rank={self.rank}/"
-                f"{self.world_size}, local weight {tuple(self.weight.shape)}, "
-                f"gather_output={self.gather_output})")
 
-
-class RowParallelLinear(nn.Module):
+class RowParallelLinear(_ParallelLinear):
     """Y = g(X_r A_r^T) + b: rank r keeps input features [r*n/W, (r+1)*n/W) of a full nn.Linear.
 
     Mirrors megatron/core/tensor_parallel/layers.py RowParallelLinear. With input_is_parallel=True (after a
@@ -221,14 +239,12 @@ class RowParallelLinear(nn.Module):
     added once, after the all-reduce.
     """
 
+    split, flag = "in_features", "input_is_parallel"
+
     def __init__(self, linear, rank=None, world_size=None, input_is_parallel=True, group=None):
-        super().__init__()
-        _check_linear(linear, "linear")
-        self.rank, self.world_size = _rank_and_world(rank, world_size, group)
-        self.group, self.input_is_parallel = group, bool(input_is_parallel)
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        local = _check_divisible(linear.in_features, self.world_size, "in_features")
-        cols = slice(self.rank * local, (self.rank + 1) * local)
+        super().__init__(linear, rank, world_size, group)
+        self.input_is_parallel = bool(input_is_parallel)
+        cols = self.local_slice()
         self.weight = nn.Parameter(linear.weight.detach()[:, cols].clone())
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone())
 
@@ -238,11 +254,6 @@ class RowParallelLinear(nn.Module):
             x = ScatterToParallel.apply(x, self.group)
         y = reduce_from_parallel(F.linear(x, self.weight), self.group)
         return y if self.bias is None else y + self.bias
-
-    def __repr__(self):
-        return (f"RowParallelLinear(in={self.in_features}, out={self.out_features}, rank={self.rank}/"
-                f"{self.world_size}, local weight {tuple(self.weight.shape)}, "
-                f"input_is_parallel={self.input_is_parallel})")
 
 
 class MLP(nn.Module):
