@@ -160,22 +160,27 @@ def model_wait_ms(scenario, busy_ms=BUSY_MS):
     return d.host_now - before
 
 
+def time_call(api, scenario, busy_ms=None):
+    """One issue of the scenario's call on the real GPU: (host ms until it returns, ms until its work is
+    done: the call, then cudaDeviceSynchronize), after its set-up and a busy kernel of `busy_ms` (None: idle)."""
+    api.synchronize()
+    if scenario["before"] is not None:
+        scenario["before"](api)
+        api.synchronize()
+    if busy_ms is not None:
+        api.busy(busy_ms)
+    if scenario["after_busy"]:
+        api.call("cudaEventRecord", api.event, 0)
+    start = time.perf_counter()
+    scenario["measure"](api)
+    returned = (time.perf_counter() - start) * 1e3
+    api.synchronize()
+    return returned, (time.perf_counter() - start) * 1e3
+
+
 def measure_wait_ms(api, scenario, busy_ms=BUSY_MS, repeat=REPEAT):
     """Median host time (ms) of the scenario's call issued after a busy kernel of `busy_ms`."""
-    times = []
-    for _ in range(repeat):
-        api.synchronize()
-        if scenario["before"] is not None:
-            scenario["before"](api)
-            api.synchronize()
-        api.busy(busy_ms)
-        if scenario["after_busy"]:
-            api.call("cudaEventRecord", api.event, 0)
-        start = time.perf_counter()
-        scenario["measure"](api)
-        times.append((time.perf_counter() - start) * 1e3)
-        api.synchronize()
-    return statistics.median(times)
+    return statistics.median(time_call(api, scenario, busy_ms)[0] for _ in range(repeat))
 
 
 def idle_costs(api, repeat=5):
@@ -183,20 +188,8 @@ def idle_costs(api, repeat=5):
     (the call, then cudaDeviceSynchronize); GB/s of the copies by the second (NBYTES per call)."""
     rows = []
     for scenario in scenarios():
-        returns, done = [], []
         try:
-            for _ in range(repeat):
-                api.synchronize()
-                if scenario["before"] is not None:
-                    scenario["before"](api)
-                    api.synchronize()
-                if scenario["after_busy"]:
-                    api.call("cudaEventRecord", api.event, 0)
-                start = time.perf_counter()
-                scenario["measure"](api)
-                returns.append((time.perf_counter() - start) * 1e3)
-                api.synchronize()
-                done.append((time.perf_counter() - start) * 1e3)
+            returns, done = zip(*[time_call(api, scenario) for _ in range(repeat)])
         except Exception as error:  # noqa: BLE001 - one call's failure is a row, the others still run
             rows.append({"call": scenario["call"], "error": f"{type(error).__name__}: {error}"})
             continue
