@@ -25,6 +25,7 @@ import onnx
 from onnx import helper
 
 from ortlab.errors import OrtlabError, as_names
+from ortlab.ir import GraphError, load_model
 
 AGREE, DIFFER, SKIPPED, INFO = "agree", "DIFFER", "skipped", "info"
 ORT_LEVELS = (("basic", 1), ("extended", 2), ("all", 2))  # ORT's level, ortlab's closest one
@@ -90,15 +91,12 @@ def load(model):
     if not isinstance(model, (str, Path)):
         raise CompareError(f"compare() takes an onnx.ModelProto or a path to a .onnx file, not "
                            f"{type(model).__name__}")
-    path = Path(model)
-    if not path.is_file():
-        raise CompareError(f"{path}: " + ("a folder, not a model file" if path.is_dir() else "no such model file"))
     try:
-        loaded = onnx.load(str(path))
-    except Exception as exc:  # protobuf's DecodeError, missing external data
-        raise CompareError(f"{path} is not an ONNX model ({type(exc).__name__}); give a .onnx file") from None
+        loaded = load_model(model)
+    except GraphError as exc:  # a missing file, a folder, not a model, missing external data
+        raise CompareError(str(exc)) from None
     if not loaded.graph.node:
-        raise CompareError(f"{path} holds no graph nodes: is it an ONNX model?")
+        raise CompareError(f"{model} holds no graph nodes: is it an ONNX model?")
     return loaded
 
 

@@ -199,7 +199,7 @@ def test_a_disagreement_exits_non_zero(folder, monkeypatch):
 
 @pytest.mark.parametrize("args, words", [
     (("missing.onnx",), "no such model file"),
-    (("notes.txt",), "is not an ONNX model"),
+    (("notes.txt",), "is not a readable ONNX model"),
     (("mlp.onnx", "--loss", "loss", "--x", "X"), "'X' is not an initializer"),
     (("mlp.onnx", "--loss", "h", "--x", "W1"), "'h' is not an output"),
     (("mlp.onnx", "--loss", "loss"), "needs both"),
