@@ -27,6 +27,7 @@ _HOMES = {
     "EXECUTION_PROVIDERS": "execution_provider", "ExecutionProvider": "execution_provider",
     "OrtDevice": "execution_provider", "register_execution_provider": "execution_provider",
     "CPUExecutionProvider": "cpu_execution_provider", "TritonExecutionProvider": "triton_execution_provider",
+    "CUDAExecutionProvider": "cuda_execution_provider",
     "RunOptions": "options", "SessionOptions": "options", "InferenceSession": "inference_session",
     "IOBinding": "io_binding",
 }

@@ -1,9 +1,11 @@
 """Insert MemcpyFromHost / MemcpyToHost where a value crosses between host and a device EP.
 
-Mirrors onnxruntime/core/optimizer/transformer_memcpy.cc (TransformerMemcpyImpl). For the first
-non-CPU EP only: every value a device node reads in device memory is a "provider input", every
-value a host node reads (or a device node reads through an InputMemoryType CPU input) is a
-"non-provider input"; likewise for outputs. Then:
+Mirrors onnxruntime/core/optimizer/transformer_memcpy.cc (MemcpyTransformer::ApplyImpl runs
+TransformerMemcpyImpl once per non-CPU EP, in the session's order). For that EP: every value one of its
+nodes reads in device memory is a "provider input", every value another EP's node reads (or its own
+node reads through an InputMemoryType CPU input) is a "non-provider input"; likewise for outputs. A
+value passed between two device EPs thus goes through the host: a MemcpyToHost of the producer's EP,
+then a MemcpyFromHost of the reader's. Then:
   - a host-produced value read by device nodes gets one MemcpyFromHost (all device readers rewired);
   - a device-produced value read on the host gets one MemcpyToHost (the device node now writes a new
     value; the copy writes the original name, so host readers keep it);
@@ -27,7 +29,8 @@ class MemcpyTransformer:
     """Run once after partitioning; `apply` returns the number of Memcpy nodes added."""
 
     def __init__(self, providers, logger):
-        self.device_ep = next((p for p in providers if not p.is_cpu_based), None)
+        self.device_eps = [p for p in providers if not p.is_cpu_based]
+        self.device_ep = None  # the EP of the pass running now
         self.logger = logger
 
     def classify(self, graph, assignment, kernel_defs):
@@ -48,8 +51,13 @@ class MemcpyTransformer:
         return p_in, np_in, p_out, np_out
 
     def apply(self, graph, assignment, kernel_defs):
-        if self.device_ep is None:
-            return 0
+        added = 0
+        for ep in self.device_eps:
+            self.device_ep = ep
+            added += self._apply_for_device_ep(graph, assignment, kernel_defs)
+        return added
+
+    def _apply_for_device_ep(self, graph, assignment, kernel_defs):
         p_in, np_in, p_out, np_out = self.classify(graph, assignment, kernel_defs)
         taken, added = {n.name for n in graph.nodes()}, 0
         for name in sorted(p_in):

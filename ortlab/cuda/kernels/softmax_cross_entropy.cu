@@ -5,6 +5,7 @@
 //   weight_i = (label_i == ignore_index ? 0 : 1),  term_i = -log_prob[i, label_i] * weight_i,
 // then loss = sum_i term_i / sum_i weight_i (the normalize factor); the gradient is
 //   dlogits[i, c] = dy * weight_i / sum_w * (exp(log_prob[i, c]) - (c == label_i)).
+// When every sample is ignored (sum_w = 0) the loss and the gradient are 0, not 0 / 0, as ORT's kernels give.
 
 // log_prob[r, c] = x[r, c] - max_c x[r, :] - log(sum_c exp(x[r, c] - max)): block per row.
 extern "C" __global__ void log_softmax_rows(const float* x, float* log_prob, int rows, int cols) {
@@ -32,7 +33,8 @@ extern "C" __global__ void cross_entropy_terms(const float* log_prob, const long
   }
 }
 
-// loss[0] = sum(term) / sum(weight), weight_sum[0] = sum(weight): one block, grid-stride over samples.
+// loss[0] = sum(term) / sum(weight) (0 when the sum of weights is 0), weight_sum[0] = sum(weight): one
+// block, grid-stride over samples.
 extern "C" __global__ void cross_entropy_mean(const float* term, const float* weight, float* loss, float* weight_sum,
                                               int n) {
   __shared__ float partial[32];
@@ -44,7 +46,7 @@ extern "C" __global__ void cross_entropy_mean(const float* term, const float* we
   t = block_sum(t, partial);
   w = block_sum(w, partial);
   if (threadIdx.x == 0) {
-    loss[0] = t / w;
+    loss[0] = w > 0.0f ? t / w : 0.0f;
     weight_sum[0] = w;
   }
 }
@@ -56,6 +58,6 @@ extern "C" __global__ void cross_entropy_grad(const float* dy, const float* log_
   for (long long k = blockIdx.x * (long long)blockDim.x + threadIdx.x; k < total; k += (long long)gridDim.x * blockDim.x) {
     const long long i = k / classes, c = k % classes;
     const float w = label[i] == ignore_index ? 0.0f : 1.0f;
-    dlogits[k] = dy[0] * w / weight_sum[0] * (expf(log_prob[k]) - (c == label[i] ? 1.0f : 0.0f));
+    dlogits[k] = w == 0.0f ? 0.0f : dy[0] * w / weight_sum[0] * (expf(log_prob[k]) - (c == label[i] ? 1.0f : 0.0f));
   }
 }
