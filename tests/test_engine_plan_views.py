@@ -24,20 +24,52 @@ def engine(model, order="default", **options):
                                                   log_severity_level=3, **options))
 
 
-def expected_spans(model, order):
-    """{value: (first step, last step)} from the ONNX graph and an execution order (node names):
-    written by its producer, held until its last reader, to the end when it is a graph output
-    or nobody reads it."""
+def expected_reads(model, order):
+    """{value: (writer's step, last reader's step or None)} from the ONNX graph and an execution order."""
     nodes = {n.name: n for n in model.graph.node}
     position = {name: k for k, name in enumerate(order)}
-    outputs = {o.name for o in model.graph.output}
-    spans = {}
+    found = {}
     for name in order:
         for value in nodes[name].output:
             readers = [position[n.name] for n in model.graph.node if value in n.input]
-            last = len(order) - 1 if value in outputs or not readers else max(readers)
-            spans[value] = (position[name], last)
-    return spans
+            found[value] = (position[name], max(readers) if readers else None)
+    return found
+
+
+def plan_buffers(model, feeds, order="default"):
+    """{value: the value whose buffer it lives in} from ORT's plan (ortlab.memory, byte-exact against ORT
+    in test_memory)."""
+    from ortlab.memory import plan
+
+    p = plan(model, {k: v.shape for k, v in feeds.items()}, order=order)
+    buffer = {}
+    for v in p.values:
+        origin = v
+        while origin.reuses is not None:
+            origin = p.value(origin.reuses)
+        buffer[v.name] = origin.name
+    return buffer
+
+
+def expected_releases(model, order, buffers=None):
+    """{value: the step after which it is released}: the last reader of any value living in its buffer
+    (ORT's release actions; `buffers` from plan_buffers, or each value its own); a graph output, or a value
+    in a buffer nobody reads, is never released."""
+    reads = expected_reads(model, order)
+    buffers = buffers or {v: v for v in reads}
+    outputs = {o.name for o in model.graph.output}
+    ends = {}
+    for value, (_, last) in reads.items():
+        if last is not None:
+            ends[buffers[value]] = max(ends.get(buffers[value], last), last)
+    return {v: ends[buffers[v]] for v in reads if v not in outputs and buffers[v] in ends}
+
+
+def expected_spans(model, order, buffers=None):
+    """{value: (first step, last step)} from the ONNX graph and an execution order (node names): written
+    by its producer, held until its release, to the end when it is never released."""
+    released = expected_releases(model, order, buffers)
+    return {v: (first, released.get(v, len(order) - 1)) for v, (first, _) in expected_reads(model, order).items()}
 
 
 def expected_bytes(model, feeds, spans, steps, order="default"):
@@ -67,8 +99,12 @@ def test_lifetimes_and_trace_match_the_graph_and_orts_order(model_and_feeds, ord
     model, feeds = model_and_feeds
     ort_order = session.execution_order(model, feeds, order=order, providers=CPU)
     sess = engine(model, order)
-    spans = expected_spans(model, ort_order)
-    assert {lt.name: (lt.first, lt.last) for lt in pv.lifetimes(sess)} == spans
+    buffers = plan_buffers(model, feeds, order)
+    spans = expected_spans(model, ort_order, buffers)
+    assert {name: (life.defined_at, life.last_use) for name, life in pv.lifetimes(sess).items()} == \
+        expected_reads(model, ort_order)
+    assert {sess.state.value_names[slot]: k for slot, k in pv.released_after(sess).items()} == \
+        expected_releases(model, ort_order, buffers)
     trace = pv.trace_run(sess, feeds)
     assert [r.step.node.name for r in trace.steps] == ort_order
     for row in trace.steps:  # the frame after each step holds exactly the values live then
@@ -100,13 +136,21 @@ def test_the_order_decides_which_values_live_together_and_reuse_what_that_costs(
 
 
 def test_value_table_kinds_and_release_plan(model_and_feeds):
-    model, _ = model_and_feeds
+    """Without the freelist, LayerNormalization's unread Mean has a buffer of its own that nobody reads:
+    kept to the end. With it, ORT's plan gives that freed buffer to a later value of the same size, so the
+    buffer (and Mean with it) goes after that value's last reader."""
+    model, feeds = model_and_feeds
+    rows = {r[1]: r for r in pv.value_table(engine(model, enable_mem_reuse=False)).rows}
+    assert rows["b_mean"][2] == "unread" and rows["b_mean"][5] == "end of run (no reader)"
     sess = engine(model)
     rows = {r[1]: r for r in pv.value_table(sess).rows}
     assert rows["x"][2] == "feed" and rows["W1"][2] == "initializer"
     assert rows["y"][2] == "graph output" and rows["ya"][2] == "graph output"
-    assert rows["b_mean"][2] == "unread" and rows["b_mean"][5] == "end of run (no reader)"
     order = [s.node.name for s in sess.state.steps]
+    buffers = plan_buffers(model, feeds)
+    tenants = [v for v, b in buffers.items() if b == "b_mean" and v != "b_mean"]
+    assert tenants and rows["b_mean"][2] == "unread"
+    assert rows["b_mean"][5] == f"after step {expected_releases(model, order, buffers)['b_mean']}"
     last_reader = max(order.index(n.name) for n in model.graph.node if "r" in n.input)
     assert rows["r"][5] == f"after step {last_reader}"
     assert [r[0] for r in pv.value_table(sess).rows] == list(range(len(sess.state.value_names)))
@@ -167,7 +211,7 @@ def test_trace_sees_the_device_ep_and_its_synchronize_after_the_last_step(model_
 def test_strip_marks_written_and_released_slots(model_and_feeds):
     model, feeds = model_and_feeds
     trace = pv.trace_run(engine(model), feeds)
-    first = min(lt.slot for lt in pv.lifetimes(trace.state))
+    first = min(trace.state.index_of[name] for name in pv.lifetimes(trace.state))
     for row in trace.steps:
         strip = trace.strip(row)
         assert len(strip) == len(trace.state.value_names) - first

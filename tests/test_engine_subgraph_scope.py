@@ -54,3 +54,39 @@ def test_a_node_whose_branch_reads_a_value_runs_after_its_producer_in_both_order
         assert [n.op_type for n in graph.topological_order(kind)] == ["Mul", "If"]
     feeds = {"x": np.array([3.0, 1.0], np.float32), "c": np.array(True)}
     np.testing.assert_array_equal(InferenceSession(model).run(None, feeds)[0], [12.0, 2.0])
+
+
+def _in_place_before_if_model():
+    """t = Neg(x); u = Relu(t) (Relu may write in place over its input at its last use); then an If whose
+    branches read t from the outer scope: t's last use is the If, not the Relu."""
+    value = helper.make_tensor_value_info
+    then_g = helper.make_graph([helper.make_node("Add", ["t", "u"], ["a"])], "then", [],
+                               [value("a", TensorProto.FLOAT, [3])])
+    else_g = helper.make_graph([helper.make_node("Sub", ["t", "u"], ["b"])], "else", [],
+                               [value("b", TensorProto.FLOAT, [3])])
+    nodes = [helper.make_node("Neg", ["x"], ["t"], name="neg"), helper.make_node("Relu", ["t"], ["u"], name="relu"),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g, name="branch")]
+    graph = helper.make_graph(nodes, "g", [value("x", TensorProto.FLOAT, [3]), value("c", TensorProto.BOOL, [])],
+                              [value("y", TensorProto.FLOAT, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("enable_mem_pattern", [False, True])
+def test_a_value_a_subgraph_reads_is_neither_overwritten_in_place_nor_released_before_the_if(enable_mem_pattern):
+    """ORT's planner counts a node's implicit inputs as uses (ComputeReuseCount, GenerateDeallocationPlan walk
+    ImplicitInputDefs): Relu may not write over t, and t is released after the If."""
+    from ortlab.engine import SessionOptions
+
+    model = _in_place_before_if_model()
+    feeds = {"x": np.array([1.5, -2.0, 0.25], np.float32), "c": np.array(True)}
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    sess = InferenceSession(model, SessionOptions(enable_mem_pattern=enable_mem_pattern))
+    np.testing.assert_array_equal(sess.run(None, feeds)[0], expected[0])
+    np.testing.assert_array_equal(expected[0], -feeds["x"] + np.maximum(-feeds["x"], 0))
+    plan = sess.state.allocation_plan
+    assert plan.value("u").kind == "kAllocate"      # not in place over t
+    steps = [s.node.name for s in sess.state.steps]
+    released = {sess.state.value_names[v]: steps[k] for k, s in enumerate(sess.state.steps) for v in s.releases}
+    assert released["t"] == "branch" and released["u"] == "branch"

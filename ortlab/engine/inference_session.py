@@ -35,7 +35,7 @@ from ortlab.engine.run_stats import RunStats
 from ortlab.engine.sequential_executor import SequentialExecutor, needed_steps
 from ortlab.engine.session_state import SessionState
 from ortlab.engine.transformer_memcpy import MemcpyTransformer
-from ortlab.memory.ort_graph import planning_view
+from ortlab.memory.ort_graph import SessionGraph, planning_view
 from ortlab.errors import OrtlabError, as_names
 
 
@@ -156,10 +156,11 @@ class InferenceSession:
         kernel_infos.update({n.index: self._kernel_info(n) for n in self.graph.nodes() if n.index not in kernel_infos})
         order = self.graph.topological_order(self.options.order())
         self._log_placements(order)
-        self.state = SessionState(self.graph, self.assignment, self.providers, kernel_infos, order, self.log)
+        self._planning_graph = self._planning_view(order)
+        self.state = SessionState(self.graph, self.assignment, self.providers, kernel_infos, order, self.log,
+                                  self._planning_graph.types, self.options.enable_mem_reuse)
         self.executor = SequentialExecutor(self.state, self.log, self.profiler)
         self._patterns = {}  # feed shapes -> MemoryPattern (ORT: SessionState's mem_patterns_ cache)
-        self._planning_graph = None
         if optimized_path is not None:
             try:
                 onnx.save(self.state.partitioned_model(), str(optimized_path))
@@ -316,11 +317,18 @@ class InferenceSession:
         return arena
 
     def planning_graph(self):
-        """This session's own graph as ORT's allocation planner reads it (an ortlab.memory SessionGraph), built
-        once: the graph that runs, in its execution order, with the types ORT infers from the model."""
-        if self._planning_graph is None:
-            self._planning_graph = planning_view(self.graph, [step.node for step in self.state.steps], self.model)
+        """This session's own graph as ORT's allocation planner reads it (an ortlab.memory SessionGraph): the
+        graph that runs, in its execution order, with the types ORT infers from the model."""
         return self._planning_graph
+
+    def _planning_view(self, order):
+        """planning_view of the graph that runs; without types when ORT's inference cannot type it (the plan
+        then reuses no buffer through the freelist, and still releases each value after its last reader)."""
+        try:
+            return planning_view(self.graph, order, self.model)
+        except OrtlabError as exc:
+            self.log.info("allocation_planner.cc", f"no value types for the allocation plan: {exc}")
+            return SessionGraph(self.graph, {}, [])
 
     def _memory_pattern(self, feeds):
         """For these feed shapes (planned on first use, cached): the MemoryPattern, or with enable_mem_pattern

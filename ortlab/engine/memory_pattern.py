@@ -52,29 +52,19 @@ class MemoryPattern:
 def _declarations(state):
     """node -> KernelDef of the kernel the session really created (ORT's planner reads the chosen
     kernel's KernelDef): a learner's kernel that declares no MayInplace is never run in place."""
-    by_outputs = {tuple(s.node.output_names): s.kernel.kernel_def for s in state.steps}
-
-    def declare(node):
-        return by_outputs.get(tuple(node.output_names)) or KernelDef(node.op_type, node.domain)
-    return declare
+    return lambda node: state.kernel_defs.get(node.index) or KernelDef(node.op_type, node.domain)
 
 
 class ReusePlan:
     """Without the memory pattern ORT still follows its allocation plan: a kReuse value is written into the
     buffer of the value it reuses (in place, or a freed buffer from the freelist), and a buffer is freed once
     every value living in it has been released (ORT: ExecutionFrame's AllocateAsPerAllocationPlan with
-    kReuse, and the plan's release actions after the last reader of any of them)."""
+    kReuse, and the plan's release actions after the last reader of any of them). The plan is the session
+    state's own (SessionState.allocation_plan)."""
 
-    def __init__(self, plan, state):
-        index_of = state.index_of
-        self.origin = {}                     # slot -> slot of the buffer it lives in
-        by_name = {v.name: v for v in plan.values}
-        for v in plan.values:
-            if v.kind == "kReuse" and v.name in index_of:
-                origin = v
-                while origin.reuses is not None:
-                    origin = by_name[origin.reuses]
-                self.origin[index_of[v.name]] = index_of[origin.name]
+    def __init__(self, state):
+        plan = state.allocation_plan
+        self.origin = {v.index: v.reused_buffer for v in plan.values if v.kind == "kReuse"}
         released = {slot for step in state.steps for slot in step.releases}
         self.holders = {}                    # buffer slot -> how many of its values the run will release
         for slot in released:
@@ -84,8 +74,9 @@ class ReusePlan:
 
 def reuse_for(session, feeds):
     """(ReusePlan or None, why not): the allocation plan's reuse for a run without the memory pattern."""
-    found, why = _plan(session, feeds)
-    return (ReusePlan(found, session.state), "") if found is not None else (None, why)
+    if not all(p.is_cpu_based for p in session.state.providers.values()):
+        return None, "a device EP holds tensors: the plan's reuse covers host memory only here"
+    return ReusePlan(session.state), ""
 
 
 def pattern_for(session, feeds):

@@ -4,7 +4,10 @@ Mirrors onnxruntime/core/framework/session_state.h/.cc: the OrtValueNameIdxMap (
 an index), one kernel per node created with its attributes bound (CreateKernels), the
 initializers placed on the device of their readers (SaveInitializedTensors), and the
 execution plan (onnxruntime/core/framework/sequential_execution_plan.h: the steps in execution
-order and, for each step, the values released after it, computed up front from last uses).
+order and, for each step, the values released after it). The value-index map and the release plan are
+the allocation planner's own (ortlab.memory: SessionState::CreateGraphInfo's OrtValueNameIdxMap, and
+PlannerImpl::GenerateDeallocationPlan run on this very graph, order and kernels), so the engine frees
+exactly where ORT's plan says.
 """
 from dataclasses import dataclass, field
 
@@ -14,6 +17,7 @@ from onnx import StringStringEntryProto
 from ortlab.engine.errors import EngineError
 from ortlab.engine.op_kernel import OpKernelInfo
 from ortlab.errors import OrtlabError
+from ortlab.memory.allocation_planner import PlannerImpl
 from ortlab.memory.lifetimes import value_index_map
 from ortlab.onnx_defs import op_name
 
@@ -31,7 +35,7 @@ class ExecutionStep:
     output_dtypes: list = field(default_factory=list)  # numpy dtype per output (None: unknown)
     output_shapes: list = field(default_factory=list)  # inferred dims per output (int, or None: any)
     output_providers: list = field(default_factory=list)  # the EP whose memory holds each output
-    releases: list = field(default_factory=list)       # value indices freed after this step
+    releases: list = field(default_factory=list)       # value indices freed after this step (the plan's)
     graph_outputs: list = field(default_factory=list)  # per output: a graph output (a shape mismatch warns)
 
     def label(self):
@@ -49,7 +53,7 @@ def _expected_shape(arg):
 class SessionState:
     """The graph as it will run: value indices, kernels, initializers and the plan."""
 
-    def __init__(self, graph, assignment, providers, kernel_infos, order, logger):
+    def __init__(self, graph, assignment, providers, kernel_infos, order, logger, types=None, enable_mem_reuse=True):
         self.graph, self.assignment, self.logger = graph, assignment, logger
         self.providers = {p.type: p for p in providers}
         self.cpu = self.providers["CPUExecutionProvider"]
@@ -58,11 +62,12 @@ class SessionState:
             self.index_of.setdefault(name, len(self.index_of))
         self.value_names = list(self.index_of)
         self.device_readers = self._device_readers(order, kernel_infos)
+        self.kernel_defs = {node.index: kernel_infos[node.index].kernel_def for node in order}
         self.steps = [self._step(node, kernel_infos[node.index]) for node in order]
         self.initializers = {self.index_of[name]: self._place(name, graph.initializer_value(name))
                              for name in graph.initializers}
         self.feed_providers = {name: self._reader_provider(name) for name in graph.inputs}
-        self.plan_releases()
+        self.plan_releases(types or {}, enable_mem_reuse)
 
     def _device_readers(self, order, kernel_infos):
         """{value name: EP} for values read in a device EP's memory (never also on the host:
@@ -110,21 +115,22 @@ class SessionState:
             graph_outputs=[o.name in self.graph.outputs for o in node.outputs],
             output_providers=[self.cpu if kdef.is_output_on_cpu(i) else provider for i in range(len(node.outputs))])
 
-    def plan_releases(self):
-        """Release each value a node allocates after its last reader, never a graph output, a feed
-        or an initializer; a value nobody reads lives to the end of the run (ORT:
-        PlannerImpl::GenerateDeallocationPlan, which gives release actions to kAllocate only)."""
-        keep = set(self.graph.outputs) | set(self.graph.inputs) | set(self.graph.initializers)
-        last = {}
+    def plan_releases(self, types, enable_mem_reuse=True):
+        """The allocation plan of this graph (ORT: SequentialPlanner::CreatePlan, which SessionState runs at
+        initialization): ortlab.memory's PlannerImpl over the engine's own order, index map, the created
+        kernels' KernelDefs and each output's location; each step then releases what the plan's
+        deallocation plan frees after it: a buffer at the last reader of any value living in it, with every
+        value living there. A graph output, feed or initializer is never released; nor is a value nobody
+        reads."""
+        locations = {self.value_names[slot]: provider.type
+                     for step in self.steps for slot, provider in zip(step.outputs, step.output_providers)
+                     if slot >= 0 and not provider.is_cpu_based}
+        self.allocation_plan = PlannerImpl(
+            self.graph, [step.node for step in self.steps], self.index_of, types, enable_mem_reuse,
+            declarations=lambda node: self.kernel_defs[node.index], locations=locations).create_plan()
+        releases = self.allocation_plan.releases()
         for k, step in enumerate(self.steps):
-            for slot in step.inputs + [slot for _, slot in step.implicit]:
-                if slot >= 0:
-                    last[slot] = k
-        for step in self.steps:
-            step.releases = []
-        for slot, k in sorted(last.items()):
-            if self.value_names[slot] not in keep:
-                self.steps[k].releases.append(slot)
+            step.releases = releases.get(k, [])
 
     def placements(self):
         """{EP type: [nodes]} in plan order."""

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from ortlab.labs.checks import CheckFailed, call_learner, judge
 from ortlab.labs.remote import learner, register_tuple
 from ortlab.memory import plan as make_plan
+from ortlab.memory.lifetimes import Lifetime
 from ortlab.walkthroughs import memory as views
 from ortlab.memory import planners
 from ortlab.memory.planners import Placement
 from ortlab.viz import Table
 
-Lifetime = register_tuple(namedtuple("Lifetime", "defined_at last_use size"))
+Lifetime = register_tuple(Lifetime)  # ortlab.memory's: (defined_at, last_use, size)
 Alloc = register_tuple(namedtuple("Alloc", "name size"))
 Free = register_tuple(namedtuple("Free", "name"))
 Tensor = register_tuple(planners.Tensor)  # the one Tensor the engine's planners take too

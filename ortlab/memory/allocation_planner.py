@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx import TensorProto, helper
 
+from ortlab.memory.lifetimes import node_reads as reads
 from ortlab.ops.kernel_declarations import ort_declaration
 
 K_ALLOCATE, K_REUSE, K_PRE_EXISTING = "kAllocate", "kReuse", "kPreExisting"
@@ -110,13 +111,30 @@ class SequentialExecutionPlan:
     def value(self, name):
         return self.values[self.index_of[name]]
 
+    def buffer_of(self, index):
+        """The ML index of the buffer value `index` lives in: its own, or the one it reuses."""
+        value = self.values[index]
+        return value.reused_buffer if value.kind == K_REUSE else index
+
+    def releases(self):
+        """{pc: [ML indices of the values gone after that node]}: each released buffer and every value
+        living in it (ORT's node_release_list; a kReuse value goes with the buffer it lives in)."""
+        residents = {}
+        for value in self.values:
+            residents.setdefault(self.buffer_of(value.index), []).append(value.index)
+        return {pc: sorted(i for b in buffers for i in residents[b]) for pc, buffers in self.release_after.items()}
+
 
 class PlannerImpl:
-    """ORT's planner for one CPU stream (no parallel execution, no subgraphs)."""
+    """ORT's planner for one stream (no parallel execution; a subgraph's own values are planned by its
+    own session, its outer-scope reads count here). `locations`: {value name: where its buffer lives}
+    (ORT's OrtMemoryInfo; a value not named is on the CPU): the freelist only hands a buffer to a value
+    of the same location."""
 
-    def __init__(self, graph, order, index_of, types, enable_mem_reuse=True, declarations="ort"):
+    def __init__(self, graph, order, index_of, types, enable_mem_reuse=True, declarations="ort", locations=None):
         self.graph, self.order, self.index_of, self.types = graph, order, index_of, types
         self.enable_mem_reuse = enable_mem_reuse
+        self.locations = locations or {}
         self.declare = declarations if callable(declarations) else ort_declaration
         names = sorted(index_of, key=index_of.get)
         self.values = [AllocPlanPerValue(i, n) for i, n in enumerate(names)]
@@ -157,7 +175,7 @@ class PlannerImpl:
         such an output take a freed buffer, yet ORT's first arena request shows it does not (two chained
         Dropouts whose masks nobody reads: 6 MiB, not 5; two unread Neg outputs: two blocks), while a read
         output does take the buffer an unread one freed (tests/test_memory.py, the unread-output tests)."""
-        read = {a.name for n in self.order for a in n.inputs if a.exists()}
+        read = {name for n in self.order for name in reads(n)}
         outputs = set(self.graph.outputs)
         return {a.name for n in self.order for a in n.outputs
                 if a.exists() and a.name not in read and a.name not in outputs}
@@ -168,7 +186,7 @@ class PlannerImpl:
         return [n for n in self.graph.inputs if n not in self.graph.initializers]
 
     def compute_plan_for_inputs_and_weights(self):
-        used = {a.name for n in self.order for a in n.inputs if a.exists()}
+        used = {name for n in self.order for name in reads(n)}
         for name in self.graph_inputs():
             self.values[self.index_of[name]].kind = K_PRE_EXISTING
             self.defined.add(self.index_of[name])
@@ -185,9 +203,8 @@ class PlannerImpl:
             if name in self.index_of:
                 self.use_count[self.index_of[name]] += 1
         for node in self.order:
-            for arg in node.inputs:
-                if arg.exists():
-                    self.use_count[self.index_of[arg.name]] += 1
+            for name in reads(node):
+                self.use_count[self.index_of[name]] += 1
             external = self.declare(node).external_outputs
             for arg in node.outputs:
                 if arg.exists():
@@ -222,8 +239,10 @@ class PlannerImpl:
         required = self._key(output.name)
         if required is None or len(required[1]) == 0:
             return None
+        where = self.locations.get(output.name, "CPU")
         for k, (index, _) in enumerate(self.freelist):
-            if self._key(self.values[index].name) == required:
+            name = self.values[index].name
+            if self.locations.get(name, "CPU") == where and self._key(name) == required:
                 del self.freelist[k]
                 return index
         return None
@@ -258,9 +277,8 @@ class PlannerImpl:
                     self.freelist_picks.append((pc, current, reused))
                 else:
                     plan.kind = K_ALLOCATE
-            for arg in node.inputs:
-                if arg.exists():
-                    self._release(self.index_of[arg.name], pc)
+            for name in reads(node):
+                self._release(self.index_of[name], pc)
             for arg in node.outputs:
                 if arg.exists():
                     self._release(self.index_of[arg.name], pc)
@@ -269,11 +287,10 @@ class PlannerImpl:
         """{pc: [buffers released after that node]}: each kAllocate buffer at its last reader."""
         last_reader = {}
         for pc in range(len(self.order) - 1, -1, -1):
-            for arg in self.order[pc].inputs:
-                if arg.exists():
-                    origin = self.buffer[self.index_of[arg.name]]
-                    if self.values[origin].kind == K_ALLOCATE:
-                        last_reader.setdefault(origin, pc)
+            for name in reads(self.order[pc]):
+                origin = self.buffer[self.index_of[name]]
+                if self.values[origin].kind == K_ALLOCATE:
+                    last_reader.setdefault(origin, pc)
         release_after = {}
         for origin in sorted(last_reader):   # release_actions are made in value-index order
             release_after.setdefault(last_reader[origin], []).append(origin)

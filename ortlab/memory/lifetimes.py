@@ -6,7 +6,7 @@ node in index order, each input, implicit input and output the first time it is 
 outputs), and the DeviceBasedPartitioner of onnxruntime/core/framework/allocation_planner.cc (one CPU
 stream holding every node in GraphViewer::GetNodesInTopologicalOrder(execution_order)).
 """
-from dataclasses import dataclass, field
+from typing import NamedTuple, Optional
 
 
 def value_index_map(graph):
@@ -32,26 +32,31 @@ def value_index_map(graph):
     return names
 
 
-@dataclass
-class Lifetime:
-    """Where a value is defined and last read in the execution order (program counters)."""
+class Lifetime(NamedTuple):
+    """A value's life over the execution order, in program counters (steps): the one shape every part of
+    the lab uses (ortlab.memory's plan rows, the engine walkthrough's frame view, lab09's exercise).
 
-    name: str
-    defined_at: int = None      # pc of its producer; None for inputs and initializers
-    last_use: int = None        # pc of its last reader; None when no node reads it
-    readers: list = field(default_factory=list)
+    defined_at: the step producing it (None: a feed or an initializer); last_use: the last step reading it,
+    its subgraphs' outer-scope reads included (None: nobody reads it); size: bytes, when known."""
+
+    defined_at: Optional[int]
+    last_use: Optional[int]
+    size: Optional[int] = None
 
 
 def lifetimes(graph, order):
     """{value name: Lifetime} for every value a node of `order` reads or writes."""
-    found = {}
+    defined, last = {}, {}
     for pc, node in enumerate(order):
-        for arg in node.inputs:
-            if arg.exists():
-                life = found.setdefault(arg.name, Lifetime(arg.name))
-                life.last_use = pc
-                life.readers.append(pc)
+        for name in node_reads(node):
+            last[name] = pc
         for arg in node.outputs:
             if arg.exists():
-                found.setdefault(arg.name, Lifetime(arg.name)).defined_at = pc
-    return found
+                defined[arg.name] = pc
+    return {name: Lifetime(defined.get(name), last.get(name)) for name in {**last, **defined}}
+
+
+def node_reads(node):
+    """The values a node reads: its inputs, then the outer-scope values its subgraphs read (ORT's planner
+    walks InputDefs and ImplicitInputDefs alike)."""
+    return [a.name for a in node.inputs if a.exists()] + list(node.implicit_input_names())

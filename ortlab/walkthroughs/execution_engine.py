@@ -6,7 +6,8 @@ ExecutionFrame holds while sequential_executor.cc runs, shown from an ortlab.eng
 
     plan_table(sess)        one row per step: node, op, EP, value indices read, written, released
     value_table(sess)       one row per value index: name, kind, its writer, last reader, release
-    lifetimes(sess)         plain data: each produced value's first and last step in the frame
+    lifetimes(sess)         plain data: each produced value's Lifetime (ortlab.memory's): writer, last reader
+    released_after(sess)    plain data: the step after which the plan releases each value
     trace_run(sess, feeds)  run once and watch the frame after every step (a Trace: .table(),
                             .memory_table(), .synchronized)
     plot_lifetimes(traces)  the picture: one bar per value across the steps, bytes in use below
@@ -20,6 +21,7 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from ortlab.engine.execution_frame import nbytes
+from ortlab.memory.lifetimes import Lifetime
 from ortlab.onnx_defs import make_model, op_name
 from ortlab.viz import Table
 
@@ -113,7 +115,7 @@ def value_table(sess):
     state = _state(sess)
     kinds = value_kinds(state)
     writer, last_reader = _writers_and_readers(state)
-    released = {slot: k for k, step in enumerate(state.steps) for slot in step.releases}
+    released = released_after(state)
     fate = {FEED: "never (the caller's)", INITIALIZER: "never (the session's)", OUTPUT: "never (fetched)",
             UNREAD: "end of run (no reader)"}
     rows = [(slot, name, kinds[slot], writer.get(slot, "-"), last_reader.get(slot, "-"),
@@ -122,27 +124,27 @@ def value_table(sess):
     return Table(("index", "value", "kind", "written at", "last read at", "released"), rows)
 
 
-@dataclass(frozen=True)
-class Lifetime:
-    """A value the run allocates: in the frame from step `first` to step `last` (inclusive)."""
-
-    slot: int
-    name: str
-    kind: str
-    first: int
-    last: int
-
-
 def lifetimes(sess):
-    """Each value a step writes, from its writer to the step after which it is released (the last
-    step for a value never released), in plan order."""
+    """{value name: Lifetime(defined_at, last_use)} (ortlab.memory's Lifetime) for each value a step
+    writes, in plan order: the step writing it and the last step reading it (None: nobody reads it)."""
     state = _state(sess)
-    kinds = value_kinds(state)
-    writer, _ = _writers_and_readers(state)
-    released = {slot: k for k, step in enumerate(state.steps) for slot in step.releases}
-    end = len(state.steps) - 1
-    return [Lifetime(slot, state.value_names[slot], kinds[slot], first, released.get(slot, end))
-            for slot, first in sorted(writer.items(), key=lambda kv: (kv[1], kv[0]))]
+    writer, last_reader = _writers_and_readers(state)
+    return {state.value_names[slot]: Lifetime(first, last_reader.get(slot))
+            for slot, first in sorted(writer.items(), key=lambda kv: (kv[1], kv[0]))}
+
+
+def released_after(sess):
+    """{value index: the step after which the plan releases it}: the last reader of any value living in its
+    buffer (ORT's release actions); a value the plan never releases is not listed."""
+    return {slot: k for k, step in enumerate(_state(sess).steps) for slot in step.releases}
+
+
+def _frame_spans(state):
+    """[(name, slot, first, last)]: each written value in the frame from its writer to its release (the
+    last step when never released), in plan order."""
+    released, end = released_after(state), len(state.steps) - 1
+    return [(name, state.index_of[name], life.defined_at, released.get(state.index_of[name], end))
+            for name, life in lifetimes(state).items()]
 
 
 # --- one run, watched -------------------------------------------------------------------------------
@@ -181,7 +183,7 @@ class Trace:
     def strip(self, row):
         """The frame's allocated slots after a step, one character each: '+' written by the step,
         '-' released after it, '#' held, '.' empty (feeds and initializers, always held, left out)."""
-        first = min((lt.slot for lt in lifetimes(self.state)), default=0)
+        first = min((slot for _, slot, _, _ in _frame_spans(self.state)), default=0)
         chars = []
         for slot in range(first, len(self.state.value_names)):
             if slot in row.step.releases:
@@ -273,12 +275,12 @@ def plot_lifetimes(*traces, titles=()):
     top_kib = max(t.peak_bytes for t in traces) / 1024 * 1.25
     for column, trace in enumerate(traces):
         top, bottom = axes[0][column], axes[1][column]
-        spans = lifetimes(trace.state)
-        sizes = [nbytes(trace.steps[s.first].values[s.slot]) for s in spans]
-        for row, (span, size) in enumerate(zip(spans, sizes)):
-            top.barh(row, span.last - span.first + 0.8, left=span.first - 0.4,
-                     height=0.2 + 0.6 * size / max(max(sizes), 1), color=COLOURS.get(span.kind, "0.5"))
-        top.set_yticks(range(len(spans)), [s.name for s in spans], fontsize=8)
+        spans, kinds = _frame_spans(trace.state), value_kinds(trace.state)
+        sizes = [nbytes(trace.steps[first].values[slot]) for _, slot, first, _ in spans]
+        for row, ((_, slot, first, last), size) in enumerate(zip(spans, sizes)):
+            top.barh(row, last - first + 0.8, left=first - 0.4,
+                     height=0.2 + 0.6 * size / max(max(sizes), 1), color=COLOURS.get(kinds[slot], "0.5"))
+        top.set_yticks(range(len(spans)), [name for name, *_ in spans], fontsize=8)
         top.invert_yaxis()
         top.set_title(titles[column] if column < len(titles) else trace.title, fontsize=10)
         names = [r.step.node.name or r.step.node.output_names[0] for r in trace.steps]
@@ -296,7 +298,7 @@ def plot_lifetimes(*traces, titles=()):
             ax.set_xlim(-0.6, len(names) - 0.4)
             ax.grid(axis="x", alpha=0.3)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
-    figure.legend(handles, ["released after its last reader", "graph output (kept)", "read by nobody (kept)"],
+    figure.legend(handles, ["released by the plan (with its buffer)", "graph output (kept)", "read by nobody (kept)"],
                   ncol=3, fontsize=8, loc="lower center")
     figure.tight_layout(rect=(0, 0.05, 1, 1))
     plt.show()
