@@ -77,16 +77,8 @@ def expected_bytes(model, feeds, spans, steps, order="default"):
     plan: a value it reuses a buffer for (in place, or from the freelist) lives in that buffer, which is held
     from its first value's producer to the last step of any value in it. Buffers from ORT's plan
     (ortlab.memory, byte-exact against ORT in test_memory), sizes from ORT's own arrays."""
-    from ortlab.memory import plan
-
     sizes = {output: array.nbytes for _, _, output, array in session.node_outputs(model, feeds)}
-    p = plan(model, {k: v.shape for k, v in feeds.items()}, order=order)
-    buffer = {}
-    for v in p.values:
-        origin = v
-        while origin.reuses is not None:
-            origin = p.value(origin.reuses)
-        buffer[v.name] = origin.name
+    buffer = plan_buffers(model, feeds, order)
     held = {}
     for value, (a, b) in spans.items():
         first, last = held.get(buffer[value], (a, b))

@@ -8,19 +8,23 @@ from ortlab.engine import InferenceSession
 from ortlab.errors import OrtlabError
 
 
-def _if_model(else_reads="x"):
+def _branch_model(before, then_node, else_node, n):
+    """Nodes `before`, then an If on input c whose branches are one node each (reading the outer scope);
+    every value float32 [n]."""
     value = helper.make_tensor_value_info
-    then_g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["t"])], "then", [],
-                               [value("t", TensorProto.FLOAT, [2])])
-    else_g = helper.make_graph([helper.make_node("Neg", [else_reads], ["e"])], "else", [],
-                               [value("e", TensorProto.FLOAT, [2])])
-    nodes = [helper.make_node("Mul", ["x", "x"], ["w"]),
-             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g, name="branch")]
-    graph = helper.make_graph(nodes, "g", [value("x", TensorProto.FLOAT, [2]), value("c", TensorProto.BOOL, [])],
-                              [value("y", TensorProto.FLOAT, [2])])
+    then_g = helper.make_graph([then_node], "then", [], [value(then_node.output[0], TensorProto.FLOAT, [n])])
+    else_g = helper.make_graph([else_node], "else", [], [value(else_node.output[0], TensorProto.FLOAT, [n])])
+    nodes = before + [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g, name="branch")]
+    graph = helper.make_graph(nodes, "g", [value("x", TensorProto.FLOAT, [n]), value("c", TensorProto.BOOL, [])],
+                              [value("y", TensorProto.FLOAT, [n])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
+
+
+def _if_model(else_reads="x"):
+    return _branch_model([helper.make_node("Mul", ["x", "x"], ["w"])], helper.make_node("Add", ["x", "w"], ["t"]),
+                         helper.make_node("Neg", [else_reads], ["e"]), 2)
 
 
 @pytest.mark.parametrize("condition", [True, False])
@@ -59,18 +63,9 @@ def test_a_node_whose_branch_reads_a_value_runs_after_its_producer_in_both_order
 def _in_place_before_if_model():
     """t = Neg(x); u = Relu(t) (Relu may write in place over its input at its last use); then an If whose
     branches read t from the outer scope: t's last use is the If, not the Relu."""
-    value = helper.make_tensor_value_info
-    then_g = helper.make_graph([helper.make_node("Add", ["t", "u"], ["a"])], "then", [],
-                               [value("a", TensorProto.FLOAT, [3])])
-    else_g = helper.make_graph([helper.make_node("Sub", ["t", "u"], ["b"])], "else", [],
-                               [value("b", TensorProto.FLOAT, [3])])
-    nodes = [helper.make_node("Neg", ["x"], ["t"], name="neg"), helper.make_node("Relu", ["t"], ["u"], name="relu"),
-             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g, name="branch")]
-    graph = helper.make_graph(nodes, "g", [value("x", TensorProto.FLOAT, [3]), value("c", TensorProto.BOOL, [])],
-                              [value("y", TensorProto.FLOAT, [3])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    node = helper.make_node
+    return _branch_model([node("Neg", ["x"], ["t"], name="neg"), node("Relu", ["t"], ["u"], name="relu")],
+                         node("Add", ["t", "u"], ["a"]), node("Sub", ["t", "u"], ["b"]), 3)
 
 
 @pytest.mark.parametrize("enable_mem_pattern", [False, True])
