@@ -184,38 +184,27 @@ class Scale(ContribOp):
         return (ref.scale_reference(x, scale, scale_down),)
 
 
-@register_reference_op
-class ReluGrad(ContribOp):
-    """dY where X > 0. Mirrors orttraining/orttraining/training_ops/cpu/op_gradients.cc."""
-
-    def _run(self, dy, x):
-        return (ref.relu_grad_reference(dy, x),)
-
-
-@register_reference_op
-class SigmoidGrad(ContribOp):
-    """dY * Y * (1 - Y), Y the forward output. Mirrors
-    orttraining/orttraining/training_ops/cpu/op_gradients.cc."""
-
-    def _run(self, dy, y):
-        return (ref.sigmoid_grad_reference(dy, y),)
+# The element-wise gradients with no attribute: (op, what it computes from dY and one forward tensor,
+# the reference that computes it, ORT's kernel under orttraining/orttraining/training_ops/cpu/).
+ELEMENTWISE_GRADS = (
+    ("ReluGrad", "dY where X > 0", ref.relu_grad_reference, "op_gradients.cc"),
+    ("SigmoidGrad", "dY * Y * (1 - Y), Y the forward output", ref.sigmoid_grad_reference, "op_gradients.cc"),
+    ("TanhGrad", "dY * (1 - Y^2), Y the forward output", ref.tanh_grad_reference, "op_gradients.cc"),
+    ("GeluGrad", "dY * gelu'(X)", ref.gelu_grad_reference, "activation/activations_grad.cc"),
+)
 
 
-@register_reference_op
-class TanhGrad(ContribOp):
-    """dY * (1 - Y^2), Y the forward output. Mirrors
-    orttraining/orttraining/training_ops/cpu/op_gradients.cc."""
+def elementwise_grad_op(name, maths, reference, kernel):
+    """The reference op `name`: (dY, the forward tensor) -> reference(dY, that tensor)."""
+    def _run(self, dy, forward):
+        return (reference(dy, forward),)
 
-    def _run(self, dy, y):
-        return (ref.tanh_grad_reference(dy, y),)
+    doc = f"{maths}. Mirrors orttraining/orttraining/training_ops/cpu/{kernel}."
+    return type(name, (ContribOp,), {"__doc__": doc, "__module__": __name__, "_run": _run})
 
 
-@register_reference_op
-class GeluGrad(ContribOp):
-    """dY * gelu'(X). Mirrors orttraining/orttraining/training_ops/cpu/activation/activations_grad.cc."""
-
-    def _run(self, dy, x):
-        return (ref.gelu_grad_reference(dy, x),)
+for _row in ELEMENTWISE_GRADS:
+    register_reference_op(elementwise_grad_op(*_row))
 
 
 @register_reference_op
