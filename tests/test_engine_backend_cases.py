@@ -4,7 +4,7 @@ Every case under onnx/backend/test/data/node that ORT 1.19.2 loads and runs (ops
 ORT_DISABLE_ALL) runs in ortlab.engine.InferenceSession(model, SessionOptions(graph_optimization_level=0));
 each output must have ORT's element type and shape and be close to ORT's (rtol 1e-5, atol 1e-6, NaN
 equal to NaN; integers, booleans and strings exactly). ORT is the reference, not the stored outputs:
-where ORT differs from onnx.reference, ortlab/engine/ort_cpu_kernels.py mirrors ORT.
+where ORT differs from onnx.reference, ortlab/engine/cpu_kernels.py mirrors ORT.
 
 Test ids read `<op group>/<case>` (the group: the case's op types joined with +, as the probe
 names them). Loading and comparing reuse tools/probe_reference_vs_ort.py (imported from its path).
@@ -90,7 +90,7 @@ STAMPED_EXCEPTIONS = {
     "test_maxpool_2d_ceil_output_size_reduce_by_one": (
         "xfail", "ceil_mode window starting past the input along an outer spatial axis: ORT's MLAS pooling "
                  "fills it from the input ([[1, lowest], [3, lowest]] for a 2x2 input, kernel 1, stride 2); "
-                 "ort_cpu_kernels.OrtMaxPool gets ORT's shape but puts the lowest value there"),
+                 "cpu_kernels.OrtMaxPool gets ORT's shape but puts the lowest value there"),
 }
 
 
@@ -361,7 +361,7 @@ def test_cast_kernel_conversion_matches_ort(source, target, saturate):
     directly."""
     from onnx.reference.ops.op_cast import cast_to
 
-    from ortlab.engine.ort_cpu_kernels import FNUZ_TYPES, float_to_bfloat16, keep_fnuz_negative_underflow
+    from ortlab.engine.cpu_kernels import FNUZ_TYPES, float_to_bfloat16, keep_fnuz_negative_underflow
 
     x = _awkward_floats().astype(np.float16 if source == TensorProto.FLOAT16 else np.float32)
     ort_type, ort_values = run_ort(_cast_model(source, target, saturate), {"x": x})[0]
@@ -474,7 +474,7 @@ def test_softmax_cross_entropy_matches_ort(shape, reduction, weighted, ignore_in
         assert_same(o, e, name)
 
 
-# Each ORT-behaviour kernel of ortlab/engine/ort_cpu_kernels.py, by name, with the backend cases that
+# Each ORT-behaviour kernel of ortlab/engine/cpu_kernels.py, by name, with the backend cases that
 # exercise it (the registry guard in test_registry.py looks for each registered op's name in a test).
 ORT_BEHAVIOUR_KERNELS = ["Cast", "CastLike", "DFT", "Loop", "MaxPool", "MaxUnpool", "QLinearMatMul", "Resize",
                          "STFT", "Scatter", "SoftmaxCrossEntropyLoss"]

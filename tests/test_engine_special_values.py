@@ -5,7 +5,7 @@ broadcasting edge cases. Every comparison runs the same one-node model in ORT (C
 ORT_DISABLE_ALL, one thread) and in ortlab.engine, and asks for the same element type, shape and
 bits: NaN where ORT has NaN (any payload), the sign of every zero, equal indices. ORT is the
 reference, not the ONNX spec: where they disagree, the engine mirrors ORT and
-ortlab.engine.ort_cpu_ordering.ORT_VS_SPEC lists the difference.
+ortlab.engine.cpu_kernels_ordering.ORT_VS_SPEC lists the difference.
 
 Part 1: the kernels fixed here (TopK, ArgMax/ArgMin, ReduceMax/ReduceMin, Relu, Sqrt) on inputs
 chosen to hit each of ORT's code paths. Part 2: a generated sweep over every op the engine runs
@@ -212,7 +212,7 @@ def test_sqrt_float64_is_ieee_like_ort():
 
 def test_ort_vs_spec_table_names_each_fixed_op():
     """ORT_VS_SPEC, the one list a notebook can show, has a row for each op mirrored here."""
-    from ortlab.engine.ort_cpu_ordering import ORT_VS_SPEC
+    from ortlab.engine.cpu_kernels_ordering import ORT_VS_SPEC
 
     named = " ".join(row[0] for row in ORT_VS_SPEC)
     for op in ("TopK", "ArgMax", "ReduceMax", "Relu", "Sqrt"):
@@ -240,10 +240,10 @@ BROADCAST_SHAPES = [((2, 3), (3,)), ((2, 1), (1, 3)), ((), (2, 3)), ((0, 3), (1,
 
 
 def runs_on_cpu_kernels(domain, op):
-    """True for an op the engine's CPU EP runs itself, through an ort_cpu_kernels kernel or
+    """True for an op the engine's CPU EP runs itself, through an cpu_kernels kernel or
     onnx.reference (everything but a function body the partitioner inlines first,
     CPUExecutionProvider.find_kernel's order)."""
-    from ortlab.memory.ort_graph import FUNCTION_BODIES
+    from ortlab.memory.session_graph import FUNCTION_BODIES
 
     return (domain, op) not in FUNCTION_BODIES
 
@@ -385,7 +385,7 @@ ULP_OPS = {
                "differently from numpy's libm") for op in ("Exp", "Log", "Tanh", "Sigmoid", "Erf", "Pow", "Softmax",
                                                          "LogSoftmax")},
     "Sqrt": (2, "float32 packets: Eigen's fast sqrt (the CPU's rsqrt and one Newton step) is within 1 ulp "
-                "of IEEE; which ulp depends on the CPU (ort_cpu_elementwise.eigen_fast_sqrt_float32)"),
+                "of IEEE; which ulp depends on the CPU (cpu_kernels_elementwise.eigen_fast_sqrt_float32)"),
     "Resize": (4, "cubic coefficients and sums in float32 in ORT (upsample.cc), float64 in the reference"),
     "BatchNormalization": (32, "ORT folds scale / sqrt(var + epsilon) and the bias in float32 (Eigen) before "
                                "applying them; the reference normalizes first"),
@@ -558,7 +558,7 @@ def test_topk_k_larger_than_axis_is_refused_like_ort():
         run_engine(model, feeds)
 
 
-# The kernels ort_cpu_ordering.py and ort_cpu_elementwise.py register for special values, by name (the registry guard in
+# The kernels cpu_kernels_ordering.py and cpu_kernels_elementwise.py register for special values, by name (the registry guard in
 # test_registry.py looks for each registered op's name in a test).
 SPECIAL_VALUE_KERNELS = ["TopK", "ArgMax", "ArgMin", "ReduceMax", "ReduceMin", "Relu", "Sqrt", "Ceil", "Floor",
                          "PRelu", "OneHot", "Erf", "Gelu", "Softmax", "LogSoftmax", "Hardmax", "QuantizeLinear",

@@ -5,7 +5,7 @@ Mirrors onnxruntime/core/providers/cpu/cpu_execution_provider.cc (the CPU EP's k
 registrations). A kernel registered with `@register_op_kernel(..., provider="CPUExecutionProvider")`
 wins; otherwise the EP creates a ReferenceKernel around the op's onnx.reference implementation
 (ortlab.ops.contrib_ops.CONTRIB_OPS for ORT's own ops). onnx.reference is not ORT: where
-the two compute differently, ortlab.engine.ort_cpu_kernels registers ORT's behaviour explicitly.
+the two compute differently, ortlab.engine.cpu_kernels registers ORT's behaviour explicitly.
 """
 import dataclasses
 
@@ -17,7 +17,7 @@ from ortlab.ops.kernel_def import KernelDef
 from ortlab.engine.kernel_registry import CPU, KernelCreateInfo
 from ortlab.engine.op_kernel import OpKernel
 from ortlab.ops.kernel_declarations import ORT_CPU_KERNEL_DECLARATIONS, ort_declaration
-from ortlab.memory.ort_graph import FUNCTION_BODIES
+from ortlab.memory.session_graph import FUNCTION_BODIES
 from ortlab.onnx_defs import DEFAULT_OPSET, op_key
 
 # What ORT's CPU kernels declare beyond types (Alias, MayInplace), by op and opset: one table, ORT's,

@@ -20,9 +20,9 @@ from onnx import helper
 
 from ortlab.engine.errors import InvalidArgument, InvalidGraph, NotImplementedKernel
 import ortlab.engine.cpu_execution_provider  # noqa: F401 (registers the CPU EP)
-import ortlab.engine.ort_cpu_kernels  # noqa: F401 (these three register ORT's CPU kernels where
-import ortlab.engine.ort_cpu_ordering  # noqa: F401  onnx.reference computes differently, in this order)
-import ortlab.engine.ort_cpu_elementwise  # noqa: F401
+import ortlab.engine.cpu_kernels  # noqa: F401 (these three register ORT's CPU kernels where
+import ortlab.engine.cpu_kernels_ordering  # noqa: F401  onnx.reference computes differently, in this order)
+import ortlab.engine.cpu_kernels_elementwise  # noqa: F401
 import ortlab.engine.triton_execution_provider  # noqa: F401 (registers the Triton EP)
 from ortlab.engine.execution_frame import ExecutionFrame, data_ptr
 from ortlab.engine.execution_provider import EXECUTION_PROVIDERS, ExecutionProvider
@@ -35,7 +35,7 @@ from ortlab.engine.run_stats import RunStats
 from ortlab.engine.sequential_executor import SequentialExecutor, needed_steps
 from ortlab.engine.session_state import SessionState
 from ortlab.engine.transformer_memcpy import MemcpyTransformer
-from ortlab.memory.ort_graph import SessionGraph, planning_view
+from ortlab.memory.session_graph import SessionGraph, planning_view
 from ortlab.errors import OrtlabError, as_names
 
 

@@ -16,13 +16,13 @@
 
 Modules are named after the ORT files they mirror: allocation_planner (allocation_planner.cc),
 mem_pattern_planner (mem_pattern_planner.h, session_state.cc's static planning), bfc_arena
-(bfc_arena.cc), ort_graph and shape_inference (graph.cc, graph_partitioner.cc), lifetimes
+(bfc_arena.cc), session_graph and shape_inference (graph.cc, graph_partitioner.cc), lifetimes
 (ort_value_name_idx_map.h).
 caching_allocator mirrors PyTorch's c10/cuda/CUDACachingAllocator.cpp; planners holds greedy by size
 (Pisarchyk and Lee 2020), which is not ORT's.
 """
 from ortlab.memory.bfc_arena import AllocatorStats, ArenaError, BFCArena
-from ortlab.memory.ort_graph import SessionGraph, session_graph
+from ortlab.memory.session_graph import SessionGraph, session_graph
 from ortlab.memory.plan import Plan, PlanError, ValuePlan, plan
 from ortlab.memory.validator import PlanValidationError, validate
 

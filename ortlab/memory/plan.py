@@ -1,7 +1,7 @@
 """plan(model, input_shapes): ORT 1.19.2's memory plan for a model, and the memory-pattern block size
 ORT allocates on the first run, to the byte.
 
-The steps are ORT's own, in its order: the graph as the session holds it (ortlab.memory.ort_graph:
+The steps are ORT's own, in its order: the graph as the session holds it (ortlab.memory.session_graph:
 constants as initializers, function ops inlined, types and shapes from Graph::Resolve), the execution
 order (ortlab.ir.Graph.topological_order: ORT's 'default' reverse DFS or 'priority' Kahn order), the
 allocation plan (ortlab.memory.allocation_planner: kinds, in-place and freelist reuse, releases,
@@ -22,7 +22,7 @@ from ortlab.memory.allocation_planner import (K_ALLOCATE, K_ALLOCATE_OUTPUT, K_R
                                               element_size, shape_of)
 from ortlab.memory.lifetimes import lifetimes, value_index_map
 from ortlab.memory.mem_pattern_planner import generate_pattern_group_cache, resolve_dim_params
-from ortlab.memory.ort_graph import SessionGraph, session_graph
+from ortlab.memory.session_graph import SessionGraph, session_graph
 from ortlab.viz import Table
 
 ORDERS = ("default", "priority")

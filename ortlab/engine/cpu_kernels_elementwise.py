@@ -1,15 +1,15 @@
 """Elementwise CPU kernels where ORT 1.19.2 computes differently from onnx.reference, on special values
 (NaN, -0.0, infinities, integer extremes, empty inputs) and in broadcasting and integer division: ORT's
 behaviour wins. Each kernel names the ORT file it mirrors; the table of differences from the ONNX spec is
-ortlab/engine/ort_cpu_ordering.py's ORT_VS_SPEC.
+ortlab/engine/cpu_kernels_ordering.py's ORT_VS_SPEC.
 """
 import numpy as np
 
 from ortlab.engine.cpu_execution_provider import ReferenceKernel
 from ortlab.engine.errors import KernelFailure
 from ortlab.engine.kernel_registry import CPU, register_op_kernel
-from ortlab.engine.ort_cpu_kernels import is_custom_dtype
-from ortlab.engine.ort_cpu_ordering import _rows_extreme
+from ortlab.engine.cpu_kernels import is_custom_dtype
+from ortlab.engine.cpu_kernels_ordering import _rows_extreme
 
 
 # --- Relu, Sqrt -------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import numpy as np
 from ortlab.engine.cpu_execution_provider import ReferenceKernel
 from ortlab.engine.errors import KernelFailure
 from ortlab.engine.kernel_registry import CPU, register_op_kernel
-from ortlab.engine.ort_cpu_kernels import is_custom_dtype
+from ortlab.engine.cpu_kernels import is_custom_dtype
 
 
 # --- ORT against the ONNX spec ----------------------------------------------------------------
