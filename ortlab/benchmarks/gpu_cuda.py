@@ -1,5 +1,6 @@
 """The GPU check's CUDA C++ parts: ortlab/cuda/kernels/*.cu compiled for the device and run through
-CuPy against numpy (gpu_cuda_cases.py), and each kernel's occupancy from the driver against
+CuPy (ortlab.cuda.launcher.CupyLauncher, which the engine's CUDA EP uses on a GPU too) against numpy
+(gpu_cuda_cases.py), and each kernel's occupancy from the driver against
 `ortlab.cuda.occupancy`, the arithmetic of cudaOccupancyMaxActiveBlocksPerMultiprocessor
 (cuda_occupancy.h) that ortlab models without a GPU.
 
@@ -8,8 +9,6 @@ that fails (no libnvrtc found, an arch ortlab does not list), `nvcc -cubin -Xptx
 """
 import os
 import shutil
-import subprocess
-import tempfile
 
 from ortlab.benchmarks.gpu_registry import Skip, dry_run_stop
 
@@ -45,21 +44,15 @@ def compile_source(text, arch):
 
 def nvcc_compile(text, arch):
     """The same source through `nvcc -cubin -arch=<arch> -Xptxas -v`; resources from ptxas's report."""
-    from ortlab.cuda.ptxas import parse_resources
+    from ortlab.cuda.ptxas import compile_file, parse_resources
 
     nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
     if nvcc is None:
         raise RuntimeError("neither ortlab.cuda.compile nor nvcc could compile: nvcc is not on PATH")
-    with tempfile.TemporaryDirectory(prefix="ortlab-gpu-check-") as work:
-        source, cubin = os.path.join(work, "kernel.cu"), os.path.join(work, "kernel.cubin")
-        with open(source, "w") as f:
-            f.write(text)
-        done = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-Xptxas", "-v", source, "-o", cubin],
-                              capture_output=True, text=True, timeout=120)
-        if done.returncode != 0:
-            raise RuntimeError(f"nvcc failed: {(done.stderr or done.stdout).strip()[-500:]}")
-        with open(cubin, "rb") as f:
-            image = f.read()
+    done, image = compile_file(lambda source, cubin: [nvcc, "-cubin", f"-arch={arch}", "-Xptxas", "-v", source,
+                                                      "-o", cubin], text, "kernel.cu", 120)
+    if done.returncode != 0:
+        raise RuntimeError(f"nvcc failed: {(done.stderr or done.stdout).strip()[-500:]}")
     return {"arch": arch, "compiler": "nvcc", "cubin": image, "kernels": parse_resources(done.stdout + done.stderr),
             "seconds": None}
 
@@ -81,36 +74,6 @@ def compile_all(arch):
     return {name: compile_source(kernels.source(name), arch) for name in kernels.SOURCES}
 
 
-# ---- running kernels through CuPy -------------------------------------------------------------
-def cupy_launcher(source_name, cubin):
-    """`launch(kernel, grid, block, *args)` running one kernel of `cubin` on the GPU through CuPy, with
-    the CPU runner's convention: numpy arrays in, written back in place; scalars typed by the signature."""
-    import cupy
-    import numpy as np
-
-    from ortlab.cuda import kernels
-    from ortlab.cuda.cpu import parse_params
-
-    work = tempfile.mkdtemp(prefix="ortlab-gpu-check-")
-    path = os.path.join(work, f"{source_name}.cubin")
-    with open(path, "wb") as f:
-        f.write(cubin)
-    module = cupy.RawModule(path=path)
-    text = kernels.source(source_name)
-
-    def launch(name, grid, block, *args):
-        params = parse_params(text, name)
-        if len(params) != len(args):
-            raise ValueError(f"{name} takes {len(params)} arguments, got {len(args)}")
-        device_args = [cupy.asarray(a) if p.pointer else p.dtype(a) for p, a in zip(params, args)]
-        module.get_function(name)((int(grid),), (int(block),), tuple(device_args))
-        cupy.cuda.Device().synchronize()
-        for p, a, d in zip(params, args, device_args):
-            if p.pointer and not p.const:
-                np.copyto(a, cupy.asnumpy(d))
-    return launch
-
-
 def uncovered_sources():
     """Registered sources that no KernelCase runs (compiled and counted in occupancy, not run)."""
     from ortlab.benchmarks.gpu_cuda_cases import CASES
@@ -122,6 +85,7 @@ def uncovered_sources():
 def part_cuda_kernels(context):
     """(b) Each kernel case compiled for this GPU and run on it, against its numpy reference."""
     from ortlab.benchmarks.gpu_cuda_cases import CASES, run_case
+    from ortlab.cuda.launcher import CupyLauncher
 
     arch = DRY_RUN_ARCH if context.dry_run else device_arch()
     compiled = compile_all(arch)
@@ -133,7 +97,7 @@ def part_cuda_kernels(context):
     rows = []
     for case in CASES:
         try:
-            rows += run_case(case, cupy_launcher(case.source, compiled[case.source]["cubin"]), "large")
+            rows += run_case(case, CupyLauncher(case.source, compiled[case.source]["cubin"]), "large")
         except Exception as error:  # noqa: BLE001 - one case's failure is a row, the others still run
             rows.append({"case": case.name, "output": "-", "max abs diff": f"{type(error).__name__}: {error}",
                          "tolerance": "-", "ok": False})

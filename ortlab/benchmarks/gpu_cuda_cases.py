@@ -4,18 +4,21 @@ A `KernelCase` builds its inputs at a size ("small": the CPU runner's, "large": 
 kernels through a `launch(kernel, grid, block, *args)` of one source (arrays are written in place,
 as `ortlab.cuda.launch` does: the CPU runner, or CuPy on a GPU) and names the outputs to compare
 with `reference(arrays)`, computed in float64 (exactly where the kernel's float32 arithmetic is
-reproducible: Dropout, DropoutGrad, the sorted GatherGrad's order). The geometry has tails (columns
-not a multiple of the block) and grids smaller than the rows, so grid-stride loops run more than once.
+reproducible: Dropout, DropoutGrad, the sorted GatherGrad's order). The launch recipes (views, grid,
+block) are the op kernels' own (ortlab.cuda.op_kernels, which the engine's CUDA EP runs), given the
+size's block and largest grid; the three LayerNorm versions are launched as notebook L3_01 launches them
+(ortlab.walkthroughs.kernel_optimization.grid). The geometry has tails (columns not a multiple of the
+block) and grids smaller than the rows, so grid-stride loops run more than once.
 """
 from dataclasses import dataclass
 
 import numpy as np
 
+from ortlab.cuda import op_kernels
+
 SIZES = {
-    "small": {"rows": 37, "cols": 300, "grid": 8, "block": 128, "mean_block": 96,
-              "gather": ((7, 5, 3), (12,))},
-    "large": {"rows": 4099, "cols": 1000, "grid": 264, "block": 256, "mean_block": 1024,
-              "gather": ((8, 500, 33), (600,))},
+    "small": {"rows": 37, "cols": 300, "grid": 8, "block": 128, "gather": ((7, 5, 3), (12,))},
+    "large": {"rows": 4099, "cols": 1000, "grid": 264, "block": 256, "gather": ((8, 500, 33), (600,))},
 }
 RATIO, SEED, EPSILON, IGNORE_INDEX = 0.3, 1234, 1e-5, 3
 
@@ -64,14 +67,35 @@ def _f32(a):
     return np.ascontiguousarray(a, dtype=np.float32)
 
 
+class SizedLaunch:
+    """A bare `launch(kernel, grid, block, *args)` as the launcher an op kernel takes: numpy arrays, the
+    size's block and largest grid (ortlab.cuda.launcher's interface)."""
+
+    xp = np
+
+    def __init__(self, launch, size):
+        self.launch, self.block, self.max_grid = launch, size["block"], size["grid"]
+
+    def __call__(self, kernel, grid, block, *args):
+        self.launch(kernel, grid, block, *args)
+
+    def to_numpy(self, array):
+        return np.asarray(array)
+
+
+def op(launch, size, op_type, domain, attributes, *inputs, **options):
+    """The outputs of op kernel (op_type, domain) on `inputs`, launched through `launch`."""
+    call = op_kernels.OpCall(attributes, make_launcher=lambda source: SizedLaunch(launch, size), options=options)
+    return op_kernels.OPS[(op_type, domain)].run(call, *inputs)
+
+
 # ---- ReduceSum --------------------------------------------------------------------------------
 def _matrix(rng, s):
     return {"x": _f32(rng.standard_normal((s["rows"], s["cols"])))}
 
 
 def _reduce_sum(launch, a, s):
-    y = np.zeros(s["rows"], np.float32)
-    launch("reduce_sum_last_axis", s["grid"], s["block"], a["x"], y, s["rows"], s["cols"])
+    (y,) = op(launch, s, "ReduceSum", "", {"keepdims": 0}, a["x"], np.array([-1], np.int64))
     return {"y": y}
 
 
@@ -90,8 +114,7 @@ def _scale():
 
 
 def _dropout_grad(launch, a, s):
-    dx = np.zeros_like(a["x"])
-    launch("dropout_grad", s["grid"], s["block"], a["x"], a["mask"], dx, RATIO, a["x"].size)
+    (dx,) = op(launch, s, "DropoutGrad", op_kernels.MS, {}, a["x"], a["mask"], np.array(RATIO, np.float32))
     return {"dx": dx}
 
 
@@ -110,8 +133,7 @@ def splitmix_uniform(seed, n):
 
 
 def _dropout(launch, a, s):
-    y, mask = np.zeros_like(a["x"]), np.zeros(a["x"].shape, np.bool_)
-    launch("dropout", s["grid"], s["block"], a["x"], y, mask, RATIO, a["x"].size, SEED)
+    y, mask = op(launch, s, "Dropout", "", {"seed": SEED}, a["x"], np.array(RATIO, np.float32), np.array(True))
     return {"y": y, "mask": mask}
 
 
@@ -131,21 +153,23 @@ def _layer_norm_inputs(rng, s):
 
 
 def _layer_norm(launch, a, s):
-    rows, cols = s["rows"], s["cols"]
-    y, mean, inv_std = np.zeros_like(a["x"]), np.zeros(rows, np.float32), np.zeros(rows, np.float32)
-    launch("layer_norm", s["grid"], s["block"], a["x"], a["scale"], a["bias"], y, mean, inv_std, rows, cols, EPSILON)
-    dx, dscale, dbias = np.zeros_like(a["x"]), np.zeros(cols, np.float32), np.zeros(cols, np.float32)
-    launch("layer_norm_grad_input", s["grid"], s["block"], a["dy"], a["x"], a["scale"], mean, inv_std, dx, rows, cols)
-    launch("layer_norm_grad_scale_bias", max(1, s["grid"] // 4), 64, a["dy"], a["x"], mean, inv_std, dscale, dbias,
-           rows, cols)
-    return {"y": y, "mean": mean, "inv_std": inv_std, "dx": dx, "dscale": dscale, "dbias": dbias}
+    attributes = {"axis": -1, "epsilon": EPSILON}
+    y, mean, inv_std = op(launch, s, "LayerNormalization", "", attributes, a["x"], a["scale"], a["bias"])
+    dx, dscale, dbias = op(launch, s, "LayerNormalizationGrad", op_kernels.MS, attributes, a["dy"], a["x"],
+                           a["scale"], mean, inv_std)
+    return {"y": y, "mean": mean.reshape(-1), "inv_std": inv_std.reshape(-1), "dx": dx, "dscale": dscale,
+            "dbias": dbias}
+
+
+def _layer_norm_stats(x):
+    mean = x.mean(axis=1, keepdims=True)
+    return mean, 1 / np.sqrt(((x - mean) ** 2).mean(axis=1, keepdims=True) + EPSILON)
 
 
 def _layer_norm_reference(a):
     x, dy = a["x"].astype(np.float64), a["dy"].astype(np.float64)
     scale, bias = a["scale"].astype(np.float64), a["bias"].astype(np.float64)
-    mean = x.mean(axis=1, keepdims=True)
-    inv_std = 1 / np.sqrt(((x - mean) ** 2).mean(axis=1, keepdims=True) + EPSILON)
+    mean, inv_std = _layer_norm_stats(x)
     xhat = (x - mean) * inv_std
     g = dy * scale
     dx = inv_std * (g - g.mean(axis=1, keepdims=True) - xhat * (g * xhat).mean(axis=1, keepdims=True))
@@ -157,6 +181,29 @@ register_case(KernelCase("LayerNormalization and its Grad", "layer_norm", _layer
                          _layer_norm_reference, 1e-4, 1e-3))
 
 
+def _layer_norm_versions(launch, a, s):
+    from ortlab.walkthroughs.kernel_optimization import VERSIONS, grid
+
+    rows, cols = a["x"].shape
+    found = {}
+    for label, kernel, _ in VERSIONS:
+        found[label] = np.zeros_like(a["x"])
+        launch(kernel, grid(kernel, rows, s["block"]), s["block"], a["x"], a["scale"], a["bias"], found[label],
+               rows, cols, EPSILON)
+    return found
+
+
+def _layer_norm_versions_reference(a):
+    x = a["x"].astype(np.float64)
+    mean, inv_std = _layer_norm_stats(x)
+    y = (x - mean) * inv_std * a["scale"].astype(np.float64) + a["bias"].astype(np.float64)
+    return {"naive": y, "block tree": y, "warp + float4": y}
+
+
+register_case(KernelCase("LayerNormalization forward, three versions (notebook L3_01)", "layer_norm_versions",
+                         _layer_norm_inputs, _layer_norm_versions, _layer_norm_versions_reference, 1e-4, 1e-3))
+
+
 # ---- SoftmaxCrossEntropyLoss and its gradient -------------------------------------------------
 def _sce_inputs(rng, s):
     labels = rng.integers(0, s["cols"], size=s["rows"]).astype(np.int64)
@@ -166,17 +213,11 @@ def _sce_inputs(rng, s):
 
 
 def _sce(launch, a, s):
-    n, classes = s["rows"], s["cols"]
-    log_prob = np.zeros_like(a["logits"])
-    launch("log_softmax_rows", s["grid"], s["block"], a["logits"], log_prob, n, classes)
-    term, weight = np.zeros(n, np.float32), np.zeros(n, np.float32)
-    launch("cross_entropy_terms", s["grid"], s["block"], log_prob, a["labels"], term, weight, n, classes, IGNORE_INDEX)
-    loss, weight_sum = np.zeros(1, np.float32), np.zeros(1, np.float32)
-    launch("cross_entropy_mean", 1, s["mean_block"], term, weight, loss, weight_sum, n)
-    dlogits = np.zeros_like(a["logits"])
-    launch("cross_entropy_grad", s["grid"], s["block"], a["dy"], log_prob, a["labels"], weight_sum, dlogits, n,
-           classes, IGNORE_INDEX)
-    return {"log_prob": log_prob, "loss": loss, "dlogits": dlogits}
+    attributes = {"reduction": "mean", "ignore_index": IGNORE_INDEX}
+    loss, log_prob = op(launch, s, "SoftmaxCrossEntropyLoss", "", attributes, a["logits"], a["labels"])
+    (dlogits,) = op(launch, s, "SoftmaxCrossEntropyLossGrad", op_kernels.MS, attributes, a["dy"].reshape(()),
+                    log_prob, a["labels"])
+    return {"log_prob": log_prob, "loss": loss.reshape(1), "dlogits": dlogits}
 
 
 def _sce_reference(a):
@@ -205,24 +246,17 @@ def _gather_inputs(rng, s):
 
 
 def _gather_grad(launch, a, s):
-    outer, gather_dim, inner = (int(v) for v in a["shape"])
-    n = a["indices"].size
-    atomic = np.zeros((outer, gather_dim, inner), np.float32)
-    launch("gather_grad_atomic", s["grid"], s["block"], a["dy"], a["indices"], atomic, outer, n, gather_dim, inner)
-    sorted_index, sorted_position = np.zeros(n, np.int64), np.zeros(n, np.int64)
-    launch("gather_grad_sort", max(1, s["grid"] // 4), 64, a["indices"], sorted_index, sorted_position, n, gather_dim)
-    ordered = np.zeros((outer, gather_dim, inner), np.float32)
-    launch("gather_grad_sorted", s["grid"], s["block"], a["dy"], sorted_index, sorted_position, ordered, outer, n,
-           gather_dim, inner)
-    return {"dx (atomic)": atomic, "sorted index": sorted_index, "dx (sorted)": ordered}
+    args = (a["shape"], a["indices"], a["dy"])
+    (atomic,) = op(launch, s, "GatherGrad", op_kernels.MS, {"axis": 1}, *args, path="atomic")
+    (ordered,) = op(launch, s, "GatherGrad", op_kernels.MS, {"axis": 1}, *args, path="sorted")
+    return {"dx (atomic)": atomic, "dx (sorted)": ordered}
 
 
 def _gather_reference(a):
     outer, gather_dim, inner = (int(v) for v in a["shape"])
-    wrapped = a["indices"] % gather_dim
     dx = np.zeros((outer, gather_dim, inner))
-    np.add.at(dx, (slice(None), wrapped), a["dy"].astype(np.float64))
-    return {"dx (atomic)": dx, "sorted index": np.sort(wrapped, kind="stable"), "dx (sorted)": dx}
+    np.add.at(dx, (slice(None), a["indices"] % gather_dim), a["dy"].astype(np.float64))
+    return {"dx (atomic)": dx, "dx (sorted)": dx}
 
 
 register_case(KernelCase("GatherGrad (atomic and sorted paths)", "gather_grad", _gather_inputs, _gather_grad,

@@ -78,24 +78,34 @@ def assemble(ptx, arch, timeout=60.0, ptxas=None):
     ptxas = ptxas or find_ptxas()
     if ptxas is None:
         raise OrtlabError("ptxas was not found: `pip install nvidia-cuda-nvcc-cu12==12.4.131` brings it")
-    with tempfile.TemporaryDirectory(prefix="ortlab-ptxas-") as work:
-        source, target = os.path.join(work, "kernel.ptx"), os.path.join(work, "kernel.cubin")
+    try:
+        done, cubin = compile_file(lambda source, target: [ptxas, "-v", f"-arch={arch}", source, "-o", target],
+                                   ptx, "kernel.ptx", timeout)
+    except subprocess.TimeoutExpired:
+        raise OrtlabError(f"ptxas took longer than {timeout} s for {arch}; pass a larger timeout "
+                          "or a smaller kernel") from None
+    report = done.stdout + done.stderr
+    if done.returncode != 0:
+        errors = [line.split(":", 1)[1].strip() for line in report.splitlines()
+                  if line.startswith(("ptxas error", "ptxas fatal"))]
+        raise OrtlabError(f"ptxas could not assemble the PTX for {arch}: "
+                          + ("; ".join(errors) or report.strip() or f"exit {done.returncode}"))
+    return cubin, report
+
+
+def compile_file(argv, text, name, timeout):
+    """(CompletedProcess, cubin bytes or None): `text` written to `name` in a temporary folder, then the
+    command `argv(source path, cubin path)` (ptxas, nvcc -cubin) run on it, its output captured as text."""
+    with tempfile.TemporaryDirectory(prefix="ortlab-cubin-") as work:
+        source, target = os.path.join(work, name), os.path.join(work, "kernel.cubin")
         with open(source, "w") as f:
-            f.write(ptx)
-        try:
-            done = subprocess.run([ptxas, "-v", f"-arch={arch}", source, "-o", target],
-                                  capture_output=True, text=True, errors="replace", timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise OrtlabError(f"ptxas took longer than {timeout} s for {arch}; pass a larger timeout "
-                              "or a smaller kernel") from None
-        report = done.stdout + done.stderr
-        if done.returncode != 0:
-            errors = [line.split(":", 1)[1].strip() for line in report.splitlines()
-                      if line.startswith(("ptxas error", "ptxas fatal"))]
-            raise OrtlabError(f"ptxas could not assemble the PTX for {arch}: "
-                              + ("; ".join(errors) or report.strip() or f"exit {done.returncode}"))
+            f.write(text)
+        done = subprocess.run(argv(source, target), capture_output=True, text=True, errors="replace",
+                              timeout=timeout)
+        if not os.path.exists(target):
+            return done, None
         with open(target, "rb") as f:
-            return f.read(), report
+            return done, f.read()
 
 
 def launch_bounds(ptx):

@@ -11,6 +11,10 @@ geometry are the caller's (tests/test_cuda_kernels.py shows each launch).
     layer_norm             LayerNormalization forward (+ mean, inv_std) and LayerNormalizationGrad
     softmax_cross_entropy  SoftmaxCrossEntropyLoss (mean) and SoftmaxCrossEntropyLossGrad
     gather_grad            GatherGrad: atomicAdd path and the deterministic sorted path
+    layer_norm_versions    LayerNormalization forward three ways, naive to ORT's shape (notebook L3_01); no
+                           op kernel runs them: ortlab.walkthroughs.kernel_optimization launches them
+
+ortlab.cuda.op_kernels holds each op's launch recipe (views, grid, block) for the first five.
 """
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,3 +74,7 @@ register_source(CudaSource(
 register_source(CudaSource(
     "gather_grad", "gather_grad.cu", ("gather_grad_atomic", "gather_grad_sort", "gather_grad_sorted"),
     ("orttraining/orttraining/training_ops/cuda/tensor/gather_grad_impl.cu",)))
+register_source(CudaSource(
+    "layer_norm_versions", "layer_norm_versions.cu",
+    ("layer_norm_naive", "layer_norm_block_tree", "layer_norm_warp_vec4"),
+    ("onnxruntime/contrib_ops/cuda/layer_norm_impl.cu",)))
