@@ -22,3 +22,15 @@ def as_names(value, what, error=OrtlabError):
     if bad:
         raise error(f"{what} must hold value names (str), got {bad[0]!r} ({type(bad[0]).__name__})")
     return names
+
+
+def as_list(value, what, items, example, error=OrtlabError):
+    """A non-empty list from a list (tuple, generator...) of values; a str or bytes is refused (its letters
+    are not the values), as is anything not iterable. `what` names the argument, `items` says what it
+    holds and `example` shows a good value, for the message; `error` is the OrtlabError subclass to raise."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise error(f"{what} must be a list of {items} such as {example}, not {value!r}")
+    values = list(value)
+    if not values:
+        raise error(f"{what} is empty: give at least one, e.g. {example}")
+    return values

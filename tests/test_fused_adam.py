@@ -212,3 +212,10 @@ def test_compare_table_tolerance_verdict(torch_refs):
     assert isinstance(default_eps[3], float) and default_eps[3] > 1e-5  # eps 1e-6 is not torch's 1e-8
     with pytest.raises(OrtlabError, match="tolerance"):
         fa.compare_with_torch(steps=1, modes=("ADAMW_TORCH",), tolerance=-1)
+
+
+@pytest.mark.parametrize("eps_values, words", [("1e-8", "eps_values must be a list of eps values such as (1e-8, 1e-6)"),
+                                               (1e-8, "must be a list"), ((), "eps_values is empty")])
+def test_eps_values_must_be_a_non_empty_list(eps_values, words):
+    with pytest.raises(fa.FusedAdamError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        fa.compare_with_torch(steps=1, eps_values=eps_values)

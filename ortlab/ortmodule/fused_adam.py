@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ortlab.env import quiet_import
-from ortlab.errors import OrtlabError
+from ortlab.errors import OrtlabError, as_list
 from ortlab.patch import patched
 from ortlab.training.optimizers import OptimizerError, check_hyperparameters
 
@@ -309,11 +309,7 @@ def compare_with_torch(module="mlp", steps=5, lr=1e-2, weight_decay=0.01, eps_va
     if tolerance is not None and (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float))
                                   or not tolerance > 0):
         raise FusedAdamError(f"tolerance must be a positive number (e.g. 1e-5) or None, not {tolerance!r}")
-    if isinstance(eps_values, (str, bytes)) or not hasattr(eps_values, "__iter__"):
-        raise FusedAdamError(f"eps_values must be a list of eps values such as (1e-8, 1e-6), not {eps_values!r}")
-    eps_values = list(eps_values)
-    if not eps_values:
-        raise FusedAdamError("eps_values is empty: give at least one eps, e.g. (1e-8, 1e-6)")
+    eps_values = as_list(eps_values, "eps_values", "eps values", "(1e-8, 1e-6)", FusedAdamError)
     for eps in eps_values:
         check_adam_arguments(lr, weight_decay, eps)
     from ortlab.viz import Table

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ortlab.env import quiet_import
-from ortlab.errors import OrtlabError
+from ortlab.errors import OrtlabError, as_list
 from ortlab.patch import patched
 from ortlab.models import get as get_model
 from ortlab.walkthroughs import ortmodule_feature_models as fm
@@ -158,11 +158,7 @@ def _check_model_name(name, allowed):
 
 
 def _check_densities(densities):
-    if isinstance(densities, (str, bytes)) or not hasattr(densities, "__iter__"):
-        raise FeatureError(f"densities must be a list of fractions in (0, 1], not {densities!r}")
-    densities = list(densities)
-    if not densities:
-        raise FeatureError("densities is empty: give at least one fraction in (0, 1], e.g. (1.0, 0.6)")
+    densities = as_list(densities, "densities", "fractions in (0, 1]", "(1.0, 0.6)", FeatureError)
     for d in densities:
         if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 < d <= 1:
             raise FeatureError(f"each density must be a fraction in (0, 1], not {d!r}")
