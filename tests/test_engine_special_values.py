@@ -243,7 +243,7 @@ def runs_on_cpu_kernels(domain, op):
     """True for an op the engine's CPU EP runs itself, through an cpu_kernels kernel or
     onnx.reference (everything but a function body the partitioner inlines first,
     CPUExecutionProvider.find_kernel's order)."""
-    from ortlab.memory.session_graph import FUNCTION_BODIES
+    from ortlab.transformers.session_transforms import FUNCTION_BODIES
 
     return (domain, op) not in FUNCTION_BODIES
 
@@ -558,8 +558,8 @@ def test_topk_k_larger_than_axis_is_refused_like_ort():
         run_engine(model, feeds)
 
 
-# The kernels cpu_kernels_ordering.py and cpu_kernels_elementwise.py register for special values, by name (the registry guard in
-# test_registry.py looks for each registered op's name in a test).
+# The kernels cpu_kernels_ordering.py and cpu_kernels_elementwise.py register for special values, by name (the
+# registry guard in test_registry.py looks for each registered op's name in a test).
 SPECIAL_VALUE_KERNELS = ["TopK", "ArgMax", "ArgMin", "ReduceMax", "ReduceMin", "Relu", "Sqrt", "Ceil", "Floor",
                          "PRelu", "OneHot", "Erf", "Gelu", "Softmax", "LogSoftmax", "Hardmax", "QuantizeLinear",
                          "ReduceMean", "Compress", "DynamicQuantizeLinear", "Add", "Sub", "Mul", "Div", "Mod", "Pow",

@@ -17,7 +17,7 @@ from ortlab.ops.kernel_def import KernelDef
 from ortlab.engine.kernel_registry import CPU, KernelCreateInfo
 from ortlab.engine.op_kernel import OpKernel
 from ortlab.ops.kernel_declarations import ORT_CPU_KERNEL_DECLARATIONS, ort_declaration
-from ortlab.memory.session_graph import FUNCTION_BODIES
+from ortlab.transformers.session_transforms import FUNCTION_BODIES
 from ortlab.onnx_defs import DEFAULT_OPSET, op_key
 
 # What ORT's CPU kernels declare beyond types (Alias, MayInplace), by op and opset: one table, ORT's,

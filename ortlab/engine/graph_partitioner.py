@@ -28,7 +28,7 @@ def partition(graph, providers, logger):
     """{node index: EP type} for every node of `graph`; providers in priority order, CPU last. A node no
     EP claims whose op has a function body is replaced by the body, and the new nodes are partitioned
     in turn (ORT: InlineNodes, repeated while the graph changes)."""
-    from ortlab.memory.session_graph import FUNCTION_BODIES, inline_nodes
+    from ortlab.transformers.session_transforms import FUNCTION_BODIES, inline_nodes
 
     assignment = _assign(graph, providers, logger, {})
     while any(n.index not in assignment and (n.domain, n.op_type) in FUNCTION_BODIES for n in graph.nodes()):
@@ -46,7 +46,7 @@ def partition(graph, providers, logger):
 def remove_duplicate_casts(graph, logger):
     """What TransformGraph runs next at every level: InsertCastTransformer's RemoveDuplicateCastTransformer
     (onnxruntime/core/optimizer/insert_cast_transformer.cc; ortlab.memory.session_graph mirrors it)."""
-    from ortlab.memory.session_graph import remove_duplicate_casts as remove
+    from ortlab.transformers.session_transforms import remove_duplicate_casts as remove
 
     for name in remove(graph):
         logger.info("insert_cast_transformer.cc RemoveDuplicateCastTransformer", f"Removed Cast node {name}")
