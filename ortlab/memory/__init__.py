@@ -16,7 +16,7 @@
 
 Modules are named after the ORT files they mirror: allocation_planner (allocation_planner.cc),
 mem_pattern_planner (mem_pattern_planner.h, session_state.cc's static planning), bfc_arena
-(bfc_arena.cc), session_graph and shape_inference (graph.cc, graph_partitioner.cc), lifetimes
+(bfc_arena.cc), session_graph (graph.cc; its types from ortlab.ir.shape_inference), lifetimes
 (ort_value_name_idx_map.h).
 caching_allocator mirrors PyTorch's c10/cuda/CUDACachingAllocator.cpp; planners holds greedy by size
 (Pisarchyk and Lee 2020), which is not ORT's.

@@ -3,14 +3,14 @@ ORT_DISABLE_ALL on the CPU EP builds it.
 
 Mirrors onnxruntime/core/graph/graph.cc (the Graph constructor turns each Constant node into an
 initializer and numbers the other nodes in order; Graph::Resolve infers types and shapes, see
-ortlab.memory.shape_inference), then the session-time transforms of ortlab.transformers.session_transforms
+ortlab.ir.shape_inference), then the session-time transforms of ortlab.transformers.session_transforms
 (InlineNodes, RemoveDuplicateCastTransformer) that every level runs.
 """
 from typing import NamedTuple
 
 
 from ortlab.ir import Graph
-from ortlab.memory.shape_inference import declared_types, infer_types
+from ortlab.ir.shape_inference import declared_types, infer_types
 
 class SessionGraph(NamedTuple):
     """The graph ORT plans, its values' types (ORT's view) and the function ops it inlined."""
