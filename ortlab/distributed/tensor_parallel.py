@@ -100,55 +100,53 @@ def _split_last_dim(tensor, group):
 # The conjugate operators of mappings.py.
 
 
-class CopyToParallel(torch.autograd.Function):
+class _Conjugate(torch.autograd.Function):
+    """One operator of mappings.py: a map of the input in the forward pass and its conjugate map of the
+    gradient in the backward pass, both over one process group; a subclass states the two maps."""
+
+    @classmethod
+    def forward(cls, ctx, x, group):
+        ctx.group = group
+        return cls.forward_map(x, group)
+
+    @classmethod
+    def backward(cls, ctx, grad):
+        return cls.backward_map(grad, ctx.group), None
+
+
+def _identity(tensor, group):
+    return tensor.view_as(tensor)
+
+
+def _sum(phase):
+    """All-reduce (SUM) of a copy of the tensor, recorded under `phase`."""
+    return lambda tensor, group: _all_reduce(tensor.contiguous().clone(), group, phase)
+
+
+class CopyToParallel(_Conjugate):
     """Megatron's f: identity in the forward pass, all-reduce (SUM) of the gradient in the backward pass."""
 
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _all_reduce(grad.contiguous().clone(), ctx.group, "backward"), None
+    forward_map, backward_map = staticmethod(_identity), staticmethod(_sum("backward"))
 
 
-class ReduceFromParallel(torch.autograd.Function):
+class ReduceFromParallel(_Conjugate):
     """Megatron's g: all-reduce (SUM) in the forward pass, identity in the backward pass."""
 
-    @staticmethod
-    def forward(ctx, x, group):
-        return _all_reduce(x.contiguous().clone(), group, "forward")
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad, None
+    forward_map, backward_map = staticmethod(_sum("forward")), staticmethod(lambda grad, group: grad)
 
 
-class GatherFromParallel(torch.autograd.Function):
+class GatherFromParallel(_Conjugate):
     """All-gather along the last dimension forward; keep this rank's slice of the gradient backward."""
 
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _gather_last_dim(x, group, "forward")
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _split_last_dim(grad, ctx.group), None
+    forward_map = staticmethod(lambda x, group: _gather_last_dim(x, group, "forward"))
+    backward_map = staticmethod(_split_last_dim)
 
 
-class ScatterToParallel(torch.autograd.Function):
+class ScatterToParallel(_Conjugate):
     """Keep this rank's slice of the last dimension forward; all-gather the gradient backward."""
 
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _split_last_dim(x, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _gather_last_dim(grad, ctx.group, "backward"), None
+    forward_map = staticmethod(_split_last_dim)
+    backward_map = staticmethod(lambda grad, group: _gather_last_dim(grad, group, "backward"))
 
 
 def copy_to_parallel(x, group=None):
