@@ -28,10 +28,17 @@ from ortlab.engine.errors import EngineError
 from ortlab.engine.execution_provider import ExecutionProvider, OrtDevice, register_execution_provider
 from ortlab.engine.kernel_registry import KernelCreateInfo, register_op_kernel
 from ortlab.engine.op_kernel import OpKernel
-from ortlab.engine.triton_execution_provider import CPU_INPUTS
 from ortlab.ops.kernel_def import KernelDef
 
 CUDA = "CUDAExecutionProvider"
+
+# Inputs the device kernels read on the host, as ORT's CUDA kernels declare them with
+# InputMemoryType(OrtMemTypeCPUInput, i): ReduceSum's axes (cuda/reduction/reduction_ops.cc),
+# GatherGrad's shape (orttraining/training_ops/cuda/tensor/gather_grad.cc), Dropout's ratio and
+# training_mode (cuda/nn/dropout.cc), DropoutGrad's ratio and training_mode. The Triton EP, which
+# mirrors the same kernels, reads the same table.
+CPU_INPUTS = {("ReduceSum", ""): (1,), ("GatherGrad", "com.microsoft"): (0,), ("Dropout", ""): (1, 2),
+              ("DropoutGrad", "com.microsoft"): (2, 3)}
 
 
 @functools.lru_cache(maxsize=1)

@@ -8,19 +8,13 @@ so that partitioning and memcpy insertion behave exactly as on a GPU.
 """
 import numpy as np
 
+from ortlab.engine.cuda_execution_provider import CPU_INPUTS  # ORT's CUDA kernels' host inputs (it registers that EP)
 from ortlab.engine.execution_provider import ExecutionProvider, OrtDevice, register_execution_provider
 from ortlab.ops.kernel_def import KernelDef
 from ortlab.engine.kernel_registry import KernelCreateInfo, register_op_kernel
 from ortlab.engine.op_kernel import OpKernel
 
 TRITON = "TritonExecutionProvider"
-
-# Inputs the device kernels read on the host, as ORT's CUDA kernels declare them with
-# InputMemoryType(OrtMemTypeCPUInput, i): ReduceSum's axes (cuda/reduction/reduction_ops.cc),
-# GatherGrad's shape (orttraining/training_ops/cuda/tensor/gather_grad.cc), Dropout's ratio and
-# training_mode (cuda/nn/dropout.cc), DropoutGrad's ratio and training_mode.
-CPU_INPUTS = {("ReduceSum", ""): (1,), ("GatherGrad", "com.microsoft"): (0,), ("Dropout", ""): (1, 2),
-              ("DropoutGrad", "com.microsoft"): (2, 3)}
 
 
 def _torch():

@@ -16,7 +16,6 @@ import torch
 import triton
 import triton.language as tl
 
-import ortlab.engine.cuda_execution_provider  # noqa: F401 (registers the CUDA EP)
 from ortlab.engine import InferenceSession, SessionOptions
 from ortlab.env import kernel_device
 from ortlab.kernels.executor import launch
