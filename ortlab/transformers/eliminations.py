@@ -10,9 +10,21 @@ from ortlab.transformers.registry import register_rule
 
 
 class _Bypass(RewriteRule):
-    """Shared apply(): remove the node, its consumers read its input."""
+    """An elimination: a node that changes nothing is removed, its consumers read its input.
 
-    def removable(self, graph, node):
+    A rule states is_noop(graph, node): True (the node changes nothing), False (a real op here: nothing to
+    say) or a str (why it cannot tell: recorded as the node's declined reason). The node then goes when
+    gu.bypass_reason allows (its output no graph output, or its input may take that name)."""
+
+    def is_noop(self, graph, node):
+        raise NotImplementedError(f"{self.name} must implement is_noop(graph, node) -> True, False or why not")
+
+    def satisfy_condition(self, graph, node):
+        verdict = self.is_noop(graph, node)
+        if isinstance(verdict, str):
+            return self.decline(node, verdict)
+        if not verdict:
+            return False
         reason = gu.bypass_reason(graph, node)
         return True if reason is None else self.decline(node, reason)
 
@@ -27,8 +39,8 @@ class EliminateIdentity(_Bypass):
 
     target_op_types = ("Identity",)
 
-    def satisfy_condition(self, graph, node):
-        return gu.is_op(node, "Identity") and self.removable(graph, node)
+    def is_noop(self, graph, node):
+        return gu.is_op(node, "Identity")
 
 
 @register_rule(level=1)
@@ -37,18 +49,18 @@ class EliminateDropout(_Bypass):
 
     target_op_types = ("Dropout",)
 
-    def satisfy_condition(self, graph, node):
+    def is_noop(self, graph, node):
         names = node.input_names + ["", ""]
         ratio, training = names[1], names[2]
         in_training = False
         if training:
             mode = gu.constant(graph, training)
             if mode is None:
-                return self.decline(node, f"training_mode '{training}' is not a constant")
+                return f"training_mode '{training}' is not a constant"
             in_training = bool(mode.reshape(-1)[0])
         if in_training and (not ratio or gu.scalar(graph, ratio) != 0.0):
-            return self.decline(node, "it runs in training mode with a ratio that is not a constant 0")
-        return self.removable(graph, node)
+            return "it runs in training mode with a ratio that is not a constant 0"
+        return True
 
 
 @register_rule(level=1)
@@ -57,13 +69,9 @@ class CastElimination(_Bypass):
 
     target_op_types = ("Cast",)
 
-    def satisfy_condition(self, graph, node):
+    def is_noop(self, graph, node):
         source = gu.elem_type(graph, node.input_names[0])
-        if source is None:
-            return self.decline(node, "the input's type is unknown")
-        if source != node.attribute("to"):
-            return False  # a real conversion: nothing to say
-        return self.removable(graph, node)
+        return "the input's type is unknown" if source is None else source == node.attribute("to")
 
 
 @register_rule(level=1)
@@ -72,18 +80,18 @@ class NoopReshapeElimination(_Bypass):
 
     target_op_types = ("Reshape",)
 
-    def satisfy_condition(self, graph, node):
+    def is_noop(self, graph, node):
         dims = gu.shape(graph, node.input_names[0])
         target = gu.constant(graph, node.input_names[1])
         if dims is None or not all(isinstance(d, int) for d in dims):
-            return self.decline(node, "the input's shape is not fully known")
+            return "the input's shape is not fully known"
         if target is None:
-            return self.decline(node, "the target shape is not a constant")
+            return "the target shape is not a constant"
         wanted = [int(t) for t in target.reshape(-1)]
         allowzero = node.attribute("allowzero", 0)
         if len(wanted) != len(dims) or any(
                 not (w == d or (w == 0 and not allowzero) or w == -1) for w, d in zip(wanted, dims)):
             return False
         if wanted.count(-1) > 1:
-            return self.decline(node, "the target shape has more than one -1")
-        return self.removable(graph, node)
+            return "the target shape has more than one -1"
+        return True
