@@ -414,3 +414,45 @@ def test_the_eps_view_of_a_node_is_its_attributes_dtypes_ranks_and_constants():
     assert (spec.attributes, spec.dtypes, spec.ranks, spec.opset) == ({"keepdims": 0}, ("float32", "int64"),
                                                                       (2, 1), 17)
     np.testing.assert_array_equal(spec.constants[1], [-1])
+
+
+def test_a_session_knows_the_cuda_ep_by_name_without_importing_its_module():
+    import subprocess
+    import sys
+
+    code = ("from ortlab.engine.inference_session import make_providers; "
+            "print([p.type for p in make_providers(['CUDAExecutionProvider'])])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['CUDAExecutionProvider', 'CPUExecutionProvider']"
+
+
+def test_the_op_kernels_run_through_the_cupy_launcher_with_cupy_replaced_by_the_cpu_runner(monkeypatch):
+    """The GPU path's plumbing: each op's launches through ortlab.cuda.launcher.CupyLauncher (its block 256 and
+    larger grids), CuPy replaced by test_gpu_check's stand-in whose kernels run on the CPU runner."""
+    import sys
+
+    from ortlab.cuda.launcher import CupyLauncher
+    from test_gpu_check import _fake_cupy
+
+    fake = _fake_cupy()
+    for name in ("zeros", "ascontiguousarray", "float32", "int64", "bool_"):
+        setattr(fake, name, getattr(np, name))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+
+    def call(attributes, **options):
+        return op_kernels.OpCall(attributes, make_launcher=lambda s: CupyLauncher(s, b"cubin of " + s.encode()),
+                                 options=options)
+
+    x, s, b = f32(300, 37, scale=3, shift=5), f32(37, seed=1), f32(37, seed=2)
+    got = op_kernels.run_op("LayerNormalization", "", {"epsilon": 1e-5}, [x, s, b], call({"epsilon": 1e-5}))
+    want = theirs(make_model([helper.make_node("LayerNormalization", ["x", "s", "b"], ["y", "m", "r"])],
+                             {"x": x, "s": s, "b": b}, [("y", F), ("m", F), ("r", F)]), {"x": x, "s": s, "b": b})
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    feeds = sce_feeds(300, 33, 2)
+    (loss, log_prob) = op_kernels.run_op("SoftmaxCrossEntropyLoss", "", {"ignore_index": 2}, list(feeds.values()),
+                                         call({"ignore_index": 2}))
+    model = make_model([helper.make_node("SoftmaxCrossEntropyLoss", ["scores", "labels"], ["l", "p"], ignore_index=2)],
+                       feeds, [("l", F), ("p", F)])
+    for g, w in zip((loss, log_prob), theirs(model, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
