@@ -348,6 +348,16 @@ def test_a_session_on_the_cuda_triton_and_cpu_eps_equals_ort_with_copies_between
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
+def test_a_session_builds_no_source_again():
+    """Each .cu source is built by g++ once per process (the module fixture built them): sessions reuse it."""
+    before = built.cache_info()
+    model, feeds = training_like()
+    ours(model, feeds)
+    ours(model, feeds)
+    after = built.cache_info()
+    assert after.misses == before.misses and after.hits > before.hits
+
+
 def test_the_device_is_labelled_as_what_runs_the_kernels():
     ep = CUDAExecutionProvider()
     assert ep.device.type == "GPU" and ep.device.backing == CPU_RUNNER
@@ -395,6 +405,8 @@ def test_an_unknown_gather_grad_path_is_refused_when_the_session_is_made():
 def test_the_op_kernels_refuse_what_they_lack_directly_too():
     with pytest.raises(op_kernels.CudaOpError, match="input 0 is float64"):
         op_kernels.run_op("ReduceSum", "", {}, [np.ones((2, 3))])
+    (total,) = op_kernels.run_op("ReduceSum", "ai.onnx", {"keepdims": 0}, [np.ones((2, 3), np.float32)])
+    assert total.shape == () and total == 6
     with pytest.raises(op_kernels.CudaOpError, match="no CUDA C\\+\\+ kernel for ai.onnx:Softmax"):
         op_kernels.run_op("Softmax", "", {}, [np.ones((2, 3), np.float32)])
     with pytest.raises(op_kernels.CudaOpError, match="scale has 4 elements"):

@@ -95,9 +95,14 @@ def register_cuda_op(op_type, domain, source):
     return add
 
 
+def registered(op_type, domain):
+    """The CudaOp registered for (op_type, domain) ('' and 'ai.onnx' both name ONNX's domain), or None."""
+    return OPS.get((op_type, "" if domain in (None, "", "ai.onnx") else domain))
+
+
 def find(op_type, domain, spec):
     """(CudaOp, None) when a registered op accepts `spec`, else (None, why not)."""
-    op = OPS.get((op_type, domain or ""))
+    op = registered(op_type, domain)
     if op is None:
         return None, "no CUDA C++ kernel in ortlab/cuda/kernels for this op"
     why = op.check(spec)
@@ -106,7 +111,7 @@ def find(op_type, domain, spec):
 
 def run_op(op_type, domain, attributes, inputs, call=None):
     """The outputs of one op on numpy (or the launcher's) arrays, after the same check a partitioner makes."""
-    op = OPS.get((op_type, domain or ""))
+    op = registered(op_type, domain)
     if op is None:
         raise CudaOpError(f"no CUDA C++ kernel for {domain or 'ai.onnx'}:{op_type}; registered: {sorted(OPS)}")
     spec = NodeSpec(dict(attributes), tuple(None if a is None else str(np.asarray(a).dtype) for a in inputs),

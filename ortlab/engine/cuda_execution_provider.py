@@ -178,7 +178,7 @@ class CudaKernel(OpKernel):
     def __init__(self, info):
         super().__init__(info)
         node = info.node
-        self.op = op_kernels.OPS[(node.op_type, node.domain)]
+        self.op = op_kernels.registered(node.op_type, node.domain)
         self.host_inputs = CPU_INPUTS.get((node.op_type, node.domain), ())
         self.call = op_kernels.OpCall(node.attributes, make_launcher=self.provider.launcher,
                                       options={"path": self.provider.options["gather_grad"]})
