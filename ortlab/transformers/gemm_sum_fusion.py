@@ -24,10 +24,11 @@ class GemmSumFusion(PlannedRule):
     """Sum(Gemm(A, B), C) -> Gemm(A, B, C, beta=1)."""
 
     target_op_types = ("Gemm",)
+    target_versions = (11, 13)
 
     def plan(self, graph, gemm):
         """(the Sum, its other input), or None; says why when the Sum is there but does not fit."""
-        if not gu.is_op_version(graph, gemm, "Gemm", (11, 13)) or len(gemm.input_names) != 2:
+        if len(gemm.input_names) != 2:
             return None
         out = gemm.output_names[0]
         s = gu.single_consumer(graph, out)

@@ -43,11 +43,10 @@ class GemmTransposeFusion(PlannedRule):
     """Gemm(Transpose(A), B) -> Gemm(A, B, transA=1); Transpose(Gemm(A, B)) -> Gemm(B, A, transA=1, transB=1)."""
 
     target_op_types = ("Gemm",)
+    target_versions = GEMM_VERSIONS
 
     def plan(self, graph, gemm):
         """([slots whose Transpose folds], the output Transpose or None), or None when nothing folds."""
-        if not gu.is_op_version(graph, gemm, "Gemm", GEMM_VERSIONS):
-            return None
         out = gemm.output_names[0]
         if len(graph.consumers(out)) > 1 or gu.uses(graph, out) - graph.outputs.count(out) > 1:
             return None

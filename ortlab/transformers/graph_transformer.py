@@ -16,6 +16,8 @@ rewrite) is a PatternFusion (pattern.py), which owns the walk.
 import enum
 
 from ortlab.errors import OrtlabError, as_names
+from ortlab.transformers import graph_utils as gu
+from ortlab.transformers.graph_utils import label
 
 
 class TransformerError(OrtlabError):
@@ -28,11 +30,6 @@ class RuleEffect(enum.Enum):
     UPDATED_CURRENT_NODE = "updated current node"
     REMOVED_CURRENT_NODE = "removed current node"
     MODIFIED_REST_OF_GRAPH = "modified rest of graph"
-
-
-def label(node):
-    """'name (#index Op)' for messages and tables."""
-    return f"{node.name or '(no name)'} (#{node.index} {node.op_type})"
 
 
 class _Explained:
@@ -110,14 +107,21 @@ class GraphTransformer(_Explained):
 class RewriteRule(_Explained):
     """A local rewrite of one node's neighbourhood (onnxruntime/core/optimizer/rewrite_rule.h).
 
-    Subclasses set `target_op_types` (empty: every op) and implement
+    Subclasses set `target_op_types` (empty: every op), optionally `target_versions` (the since-versions
+    of those ops the rule is written for: the transformer offers the rule no other node, as every ORT
+    rule's SatisfyCondition starts with graph_utils::IsSupportedOptypeVersionAndDomain), and implement
     `satisfy_condition(graph, node) -> bool` and `apply(graph, node) -> RuleEffect`.
     """
 
     target_op_types = ()
+    target_versions = ()
 
     def __init__(self):
         self.reset_log()
+
+    def is_target(self, graph, node):
+        """True when the node's op is at one of target_versions (ONNX domain), or the rule names none."""
+        return not self.target_versions or gu.is_op_version(graph, node, node.op_type, self.target_versions)
 
     def satisfy_condition(self, graph, node):
         raise NotImplementedError(f"{self.name} must implement satisfy_condition(graph, node)")
@@ -198,7 +202,7 @@ class RuleBasedGraphTransformer(GraphTransformer):
 
     def _apply_rule(self, rule, graph, node):
         try:
-            if not rule.satisfy_condition(graph, node):
+            if not rule.is_target(graph, node) or not rule.satisfy_condition(graph, node):
                 return RuleEffect.NONE
             effect = rule.apply(graph, node)
         except (TransformerError, NotImplementedError):

@@ -8,10 +8,14 @@ import numpy as np
 from onnx import TensorProto, defs
 
 from ortlab.onnx_defs import MS_DOMAIN, domain_of, opset_of
-from ortlab.transformers.graph_transformer import label
 
 MS = MS_DOMAIN
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
+
+
+def label(node):
+    """'name (#index Op)' for messages and tables."""
+    return f"{node.name or '(no name)'} (#{node.index} {node.op_type})"
 
 
 def is_op(node, op_type, domain=""):

@@ -18,10 +18,9 @@ class NotWhereFusion(RewriteRule):
     """Where(Not(c), a, b) -> Where(c, b, a)."""
 
     target_op_types = ("Where",)
+    target_versions = (9,)
 
     def satisfy_condition(self, graph, where):
-        if not gu.is_op_version(graph, where, "Where", (9,)):
-            return False
         not_ = graph.producer(where.input_names[0])
         if not gu.is_op_version(graph, not_, "Not", (1,)):
             return False

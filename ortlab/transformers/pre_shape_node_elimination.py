@@ -17,9 +17,10 @@ class PreShapeNodeElimination(RewriteRule):
     """Shape(Cast(x)) -> Shape(x) when only Shape nodes read the Cast."""
 
     target_op_types = ("Cast",)
+    target_versions = VERSIONS
 
     def satisfy_condition(self, graph, node):
-        if not gu.is_op_version(graph, node, "Cast", VERSIONS) or not node.input_names[0]:
+        if not node.input_names[0]:
             return False
         out = node.output_names[0]
         readers = graph.consumers(out)

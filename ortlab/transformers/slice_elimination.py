@@ -47,10 +47,9 @@ class EliminateSlice(RewriteRule):
     """Slice(x, starts=[0, ...], ends=[INT64_MAX, ...], steps=[1, ...]) -> x."""
 
     target_op_types = ("Slice",)
+    target_versions = VERSIONS
 
     def satisfy_condition(self, graph, node):
-        if not gu.is_op_version(graph, node, "Slice", VERSIONS):
-            return False
         args = slice_arguments(graph, node)
         if isinstance(args, str):
             return self.decline(node, args)
