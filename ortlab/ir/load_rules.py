@@ -115,6 +115,7 @@ def check_op(graph, node):
 
 
 def checker_context(graph):
+    """onnx.checker's context for the graph: its IR version and opset imports ("ai.onnx" read as "")."""
     ctx = onnx.checker.C.CheckerContext()
     ctx.ir_version = int(graph.model_fields.get("ir_version") or IR_VERSION)
     imports = dict(graph.opset_imports)
@@ -146,7 +147,7 @@ def _scope_of(graph, proto):
     may read values of the graph around it (its lexical scope, as ORT's Graph resolves it), which a
     check of the node alone would call undefined. The types are placeholders: this checks structure,
     and type and shape inference checks the types."""
-    visible = [name for name in (a.name for a in graph.node_args()) if name not in proto.output]
+    visible = [arg.name for arg in graph.node_args() if arg.name not in proto.output]
     return helper.make_graph([proto], "scope", [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [])
                                                 for name in visible],
                              [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [])
