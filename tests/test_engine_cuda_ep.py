@@ -267,6 +267,9 @@ def test_a_training_like_graph_equals_ort_and_runs_its_kernels_on_the_cuda_ep():
     sess, _, _ = assert_equal_to_ort(model, feeds, rtol=1e-4, atol=1e-5, expect_on_cuda=cuda_nodes)
     # the bias gradient sums over the leading axis, which reduce_sum.cu does not do
     assert {n for n, ep in placed(sess).items() if ep == CPU} == {"gather", "proj", "proj_grad", "bias_grad"}
+    # inputs ORT's CUDA kernels read on the host (InputMemoryType CPU) get no copy: ratio, training_mode, axes, shape
+    copied = {name for s in sess.state.steps if s.node.op_type.startswith("Memcpy") for name in s.node.input_names}
+    assert copied.isdisjoint({"ratio", "off", "axes1", "emb_shape"}) and copied
 
 
 # ---- what is declined, and why -------------------------------------------------------------------
