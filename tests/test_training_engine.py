@@ -54,4 +54,4 @@ def test_runtime_is_checked():
     with pytest.raises(MiniORTModuleError, match="runtime must be one of"):
         MiniORTModule(torch.nn.Linear(2, 2), runtime="tvm")
     with pytest.raises(MiniORTModuleError, match="TritonExecutionProvider"):
-        MiniORTModule(torch.nn.Linear(2, 2), runtime="ortlab", providers=["CUDAExecutionProvider"])
+        MiniORTModule(torch.nn.Linear(2, 2), runtime="ortlab", providers=["ROCMExecutionProvider"])
