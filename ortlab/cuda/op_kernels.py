@@ -82,6 +82,7 @@ class CudaOp:
 
 
 OPS = {}
+NOT_REGISTERED = "no CUDA C++ kernel in ortlab/cuda/kernels for this op"
 
 
 def register_cuda_op(op_type, domain, source):
@@ -104,7 +105,7 @@ def find(op_type, domain, spec):
     """(CudaOp, None) when a registered op accepts `spec`, else (None, why not)."""
     op = registered(op_type, domain)
     if op is None:
-        return None, "no CUDA C++ kernel in ortlab/cuda/kernels for this op"
+        return None, NOT_REGISTERED
     why = op.check(spec)
     return (None, why) if why else (op, None)
 

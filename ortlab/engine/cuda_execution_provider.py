@@ -114,6 +114,8 @@ class CUDAExecutionProvider(ExecutionProvider):
         found, why = self.kernel_registry().find(node, dtypes)
         if found is not None or why != "no kernel registered":
             return found, why
+        if op_kernels.registered(node.op_type, node.domain) is None:  # before reading its initializers
+            return None, op_kernels.NOT_REGISTERED
         op, why = op_kernels.find(node.op_type, node.domain, node_spec(node, dtypes))
         if op is None:
             return None, why
