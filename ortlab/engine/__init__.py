@@ -9,8 +9,10 @@
 
 Files are named after ORT's: inference_session, session_state, execution_frame,
 sequential_executor, io_binding, kernel_registry, kernel_def, op_kernel, execution_provider,
-graph_partitioner, transformer_memcpy, cpu_execution_provider, triton_execution_provider,
-memory_pattern (with enable_mem_pattern, ortlab.memory's plan places each tensor in one block).
+graph_partitioner, transformer_memcpy, cpu_execution_provider (its kernels: cpu_kernels*),
+triton_execution_provider and cuda_execution_provider (two device EPs: ortlab's Triton kernels, and
+ORT's training kernels in CUDA C++ from ortlab.cuda), memory_pattern (with enable_mem_pattern,
+ortlab.memory's plan places each tensor in one block).
 KernelDef itself lives in ortlab.ops.kernel_def (the planner reads the same one).
 
 The names below are imported on first use: `import ortlab.engine.sequential_executor` loads the

@@ -11,7 +11,6 @@ from ortlab import cuda
 from ortlab.cuda import gpu, kernels
 from ortlab.session import run_node
 
-FILE = "layer_norm_versions.cu"
 ARCHS = ("sm_80", "sm_90")
 BLOCK_SIZES = (32, 128, 256, 768, 1024)
 EPSILON = 1e-5
@@ -25,7 +24,7 @@ VERSIONS = (
 
 def source():
     """The CUDA C++ text of the three versions, after common.cuh (the warp and block sums they share)."""
-    return (kernels.FOLDER / kernels.COMMON).read_text() + "\n" + (kernels.FOLDER / FILE).read_text()
+    return kernels.source("layer_norm_versions")
 
 
 def grid(kernel, rows, block):
