@@ -15,7 +15,8 @@ from onnx.reference import ReferenceEvaluator
 
 from ortlab.onnx_defs import ONNX_DOMAIN, domain_of
 from ortlab.transformers import graph_utils as gu
-from ortlab.transformers.graph_transformer import GraphTransformer, label
+from ortlab.transformers.graph_transformer import GraphTransformer
+from ortlab.transformers.graph_utils import label
 from ortlab.transformers.registry import register_transformer
 
 NON_DETERMINISTIC = {"Dropout", "RandomNormal", "RandomUniform", "RandomNormalLike",

@@ -8,7 +8,8 @@ removed and its consumers read the first node's outputs. Non-deterministic ops
 """
 from ortlab.onnx_defs import MS_DOMAIN, ONNX_DOMAIN, domain_of
 from ortlab.transformers.constant_folding import NON_DETERMINISTIC
-from ortlab.transformers.graph_transformer import GraphTransformer, label
+from ortlab.transformers.graph_transformer import GraphTransformer
+from ortlab.transformers.graph_utils import label
 from ortlab.transformers.registry import register_transformer
 
 

@@ -10,7 +10,8 @@ ORT 1.19.2 also fuses when the 1 has more axes than x and y, which drops axes fr
 import numpy as np
 
 from ortlab.transformers import graph_utils as gu
-from ortlab.transformers.graph_transformer import RewriteRule, RuleEffect, label
+from ortlab.transformers.graph_transformer import RewriteRule, RuleEffect
+from ortlab.transformers.graph_utils import label
 from ortlab.transformers.registry import register_rule
 
 VERSIONS = (7, 13, 14)

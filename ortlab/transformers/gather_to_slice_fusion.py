@@ -14,7 +14,7 @@ from onnx import TensorProto
 
 from ortlab.onnx_defs import opset_of
 from ortlab.transformers import graph_utils as gu
-from ortlab.transformers.graph_transformer import label
+from ortlab.transformers.graph_utils import label
 from ortlab.transformers.pattern import Match, PatternFusion
 from ortlab.transformers.registry import register_transformer
 

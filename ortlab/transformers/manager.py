@@ -16,8 +16,8 @@ import onnx
 from ortlab.errors import OrtlabError, as_names
 from ortlab.ir import Graph
 from ortlab.transformers import graph_utils as gu, registry
-from ortlab.transformers.graph_transformer import (GraphTransformer, RuleBasedGraphTransformer,
-                                                   TransformerError, label)
+from ortlab.transformers.graph_transformer import GraphTransformer, RuleBasedGraphTransformer, TransformerError
+from ortlab.transformers.graph_utils import label
 
 
 @dataclass

@@ -9,7 +9,8 @@ rather than as the condition gets its inputs swapped into a graph ORT refuses to
 ortlab declines it and says so.
 """
 from ortlab.transformers import graph_utils as gu
-from ortlab.transformers.graph_transformer import RewriteRule, RuleEffect, label
+from ortlab.transformers.graph_transformer import RewriteRule, RuleEffect
+from ortlab.transformers.graph_utils import label
 from ortlab.transformers.registry import register_rule
 
 

@@ -23,7 +23,7 @@ whatever is fed.
 import numpy as np
 
 from ortlab.transformers import graph_utils as gu
-from ortlab.transformers.graph_transformer import label
+from ortlab.transformers.graph_utils import label
 from ortlab.transformers.pattern import Match, PatternFusion
 from ortlab.transformers.registry import register_transformer
 
