@@ -1,5 +1,6 @@
 """op_test: an OpTester in Python. One op, run by ORT (every available provider), by ortlab's
-Triton kernel and by its numpy reference, compared output by output.
+Triton kernel and by its numpy reference, compared output by output; with cuda_cpp=True also by
+ortlab's CUDA C++ kernel of the op (ortlab.cuda.op_kernels, on the CPU runner without a GPU).
 
 Mirrors onnxruntime/test/providers/op_tester.h and base_tester.cc: AddInput/AddOutput/
 AddAttribute build a one-node model, Run() executes it on each execution provider and checks
@@ -129,10 +130,12 @@ def worst(kernel, expected, got):
                                    f"expected {expected[index]!r}"}
 
 
-def op_test(op_type, inputs, attributes=None, domain="", providers=None):
+def op_test(op_type, inputs, attributes=None, domain="", providers=None, cuda_cpp=False):
     """Run one op in ORT (each provider), in ortlab's Triton kernel and in its numpy reference,
-    and compare. Returns an OpTestResult; raises OpTestFailure naming the op, the inputs'
-    shapes and the worst element when any comparison fails.
+    and compare. cuda_cpp: also run ortlab's CUDA C++ kernel of the op and compare it with the same
+    outputs, at the Triton kernel's tolerance (a kernel that declines these inputs is a row saying why).
+    Returns an OpTestResult; raises OpTestFailure naming the op, the inputs' shapes and the worst
+    element when any comparison fails.
     """
     from ortlab.env import quiet_import
 
@@ -155,6 +158,13 @@ def op_test(op_type, inputs, attributes=None, domain="", providers=None):
     result.rows += compare(kernel, reference, ours, "numpy reference")
     model, feeds = op_model(kernel, arrays, len(ours))
     ort = quiet_import("onnxruntime")
+    cuda = cuda_outputs(kernel, arrays, attributes) if cuda_cpp else None
+    if isinstance(cuda, dict):
+        result.rows.append(cuda)
+        cuda = None
+    if cuda is not None:
+        result.rows += check_random(kernel, arrays, cuda, "invariant (CUDA C++)")
+        result.rows += compare(kernel, reference, cuda, "numpy reference, CUDA C++")
     for provider in providers or ort.get_available_providers():
         if provider not in ("CPUExecutionProvider", "CUDAExecutionProvider"):
             continue
@@ -169,9 +179,25 @@ def op_test(op_type, inputs, attributes=None, domain="", providers=None):
             continue
         result.rows += check_random(kernel, arrays, outputs, f"invariant ({label})")
         result.rows += compare(kernel, outputs, ours, label)
+        if cuda is not None:
+            result.rows += compare(kernel, outputs, cuda, f"{label}, CUDA C++")
     if not result.ok:
         raise OpTestFailure(failure_message(result))
     return result
+
+
+def cuda_outputs(kernel, arrays, attributes):
+    """The outputs of ortlab's CUDA C++ kernel of the op (ortlab.cuda.op_kernels), or a result row saying
+    that there is none or that it declines these inputs."""
+    from ortlab.cuda import op_kernels
+
+    row = {"against": "CUDA C++ kernel", "output": "-", "shape": "-", "ok": False}
+    if op_kernels.registered(kernel.op_type, kernel.domain) is None:
+        return {**row, "detail": "op_test(cuda_cpp=True): ortlab.cuda.op_kernels has no kernel for this op"}
+    try:
+        return op_kernels.run_op(kernel.op_type, kernel.domain, attributes, list(arrays))
+    except op_kernels.CudaOpError as error:
+        return {**row, "ok": True, "detail": f"declined: {error}"}
 
 
 def check_random(kernel, inputs, outputs, against):
