@@ -35,6 +35,7 @@ from ortlab.engine.run_stats import RunStats
 from ortlab.engine.sequential_executor import SequentialExecutor, needed_steps
 from ortlab.engine.session_state import SessionState
 from ortlab.engine.transformer_memcpy import MemcpyTransformer
+from ortlab.ir.model_load import load_model as load_path
 from ortlab.memory.session_graph import SessionGraph, planning_view
 from ortlab.errors import OrtlabError, as_names
 
@@ -64,8 +65,6 @@ def load_model(model_or_path):
         except Exception as exc:  # noqa: BLE001
             raise InvalidGraph(f"the bytes given are not an ONNX model: {exc}") from None
     if isinstance(model_or_path, (str, Path)):
-        from ortlab.ir.graph import load_model as load_path
-
         try:
             return load_path(model_or_path)
         except OrtlabError as exc:
