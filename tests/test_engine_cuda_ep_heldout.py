@@ -10,6 +10,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from ortlab.engine import InferenceSession, SessionOptions
+from ortlab.errors import OrtlabError
 
 CUDA, TRITON, CPU = "CUDAExecutionProvider", "TritonExecutionProvider", "CPUExecutionProvider"
 MS = "com.microsoft"
@@ -79,3 +80,66 @@ def test_a_label_of_minus_one_is_ignored_when_ignore_index_is_absent_as_in_ort(o
         np.testing.assert_allclose(got[0], -np.mean(got[1][np.arange(5), labels[:5]]), rtol=1e-6)
     else:
         assert not got[0][5].any()
+
+
+# ---- io_binding and a session run twice --------------------------------------------------------------
+def ln_dropout_sum():
+    """LayerNormalization -> Dropout (training) -> ReduceSum over the last axis, all three on the CUDA EP."""
+    x = f32(6, 10)
+    node = helper.make_node
+    model = make_model([node("LayerNormalization", ["x", "s", "b"], ["y", "mean", "inv_std"]),
+                        node("Dropout", ["y", "ratio", "t"], ["d", "mask"], seed=3),
+                        node("ReduceSum", ["d", "axes"], ["z"], keepdims=0)],
+                       {"x": x, "t": np.array(True)}, ["y", "z", "mask", "d"],
+                       [("s", f32(10, seed=1)), ("b", f32(10, seed=2)), ("ratio", np.array(0.5, np.float32)),
+                        ("axes", np.array([-1], np.int64))])
+    return model, {"x": x, "t": np.array(True)}
+
+
+def assert_dropout_invariants(y, z, mask, d):
+    np.testing.assert_array_equal(d[mask], y[mask] * np.float32(2))
+    assert not d[~mask].any()
+    np.testing.assert_allclose(z, d.sum(-1), rtol=1e-5, atol=1e-5)
+
+
+def test_io_binding_with_the_cuda_ep_equals_ort_and_each_run_draws_a_new_mask():
+    model, feeds = ln_dropout_sum()
+    sess = session(model, level=99)
+    assert set(placed(sess).values()) == {CUDA}
+    (want_y,) = theirs(model, feeds)[:1]
+    binding = sess.io_binding()
+    binding.bind_cpu_input("x", feeds["x"])
+    binding.bind_cpu_input("t", feeds["t"])
+    binding.bind_output("y", "cuda")
+    binding.bind_output("z")
+    binding.bind_output("mask", "cuda")
+    d_buffer = np.empty((6, 10), np.float32)
+    binding.bind_ortvalue_output("d", d_buffer)
+    runs = []
+    for _ in range(2):
+        sess.run_with_iobinding(binding)
+        runs.append([np.array(v) for v in binding.copy_outputs_to_cpu()])
+        y, z, mask, d = runs[-1]
+        np.testing.assert_allclose(y, want_y, rtol=1e-4, atol=1e-4)
+        assert_dropout_invariants(y, z, mask, d)
+        np.testing.assert_array_equal(d_buffer, d)
+    assert (runs[0][2] != runs[1][2]).any()
+    plain = [sess.run(None, feeds) for _ in range(2)]
+    for y, z, mask, d in plain:
+        assert_dropout_invariants(y, z, mask, d)
+    assert (plain[0][2] != plain[1][2]).any()
+
+
+@pytest.mark.parametrize("providers", [(CPU,), (CUDA, CPU)])
+def test_an_output_bound_to_a_host_buffer_of_another_shape_is_refused_clearly(providers):
+    """ReduceSum gives [6]; the bound host buffer holds 7. On the CPU EP the frame's shape verification refuses
+    it (as ORT's); from the CUDA EP the value is copied into the buffer after the run, which raised numpy's
+    'could not broadcast' (ORT's copy, core/framework/data_transfer_manager.cc, fails 'Tensor size mismatch')."""
+    model, feeds = ln_dropout_sum()
+    sess = session(model, providers)
+    binding = sess.io_binding()
+    binding.bind_cpu_input("x", feeds["x"])
+    binding.bind_cpu_input("t", feeds["t"])
+    binding.bind_ortvalue_output("z", np.empty(7, np.float32))
+    with pytest.raises(OrtlabError, match=r"shape verification failed|Tensor size mismatch"):
+        sess.run_with_iobinding(binding)

@@ -138,7 +138,7 @@ class CUDAExecutionProvider(ExecutionProvider):
         if hasattr(buffer, "detach"):
             buffer.copy_(value if hasattr(value, "detach") else _torch_of(value))
         else:
-            np.copyto(buffer, _host(value), casting="no")
+            super().copy_into(buffer, _host(value))
 
     def from_host(self, array):
         array = np.array(_host(array), copy=True)

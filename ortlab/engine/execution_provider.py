@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ortlab.engine.errors import EngineError
 from ortlab.engine.kernel_registry import kernel_registry
 from ortlab.registry import Registry
 
@@ -83,6 +84,12 @@ class ExecutionProvider:
         return np.empty(shape, dtype)
 
     def copy_into(self, buffer, value):
+        """buffer[...] = value, of one shape and dtype (ORT: DataTransferManager::CopyTensor,
+        core/framework/data_transfer_manager.cc, which fails 'Tensor size mismatch' on another size)."""
+        if tuple(np.shape(value)) != tuple(buffer.shape):
+            raise EngineError(f"Tensor size mismatch: a value of shape {tuple(np.shape(value))} does not fit the "
+                              f"buffer of shape {tuple(buffer.shape)} it is to be copied into (a bound output?); "
+                              "bind a buffer of the output's shape, or bind_output(name) and let the run allocate it")
         np.copyto(buffer, value, casting="no")
 
     def from_host(self, array):
