@@ -116,8 +116,8 @@ class ExecutionFrame:
                                           f"{math.prod(shape) * dtype.itemsize}, fall back to default allocation "
                                           "behavior")
             buffer = provider.allocate(shape, dtype)
-            if self.reuse is not None and isinstance(buffer, np.ndarray):
-                self._own(slot, buffer)
+            if self.reuse is not None and isinstance(buffer, np.ndarray) and buffer.dtype != object:
+                self._own(slot, buffer)  # (a string tensor holds no bytes to reuse: SameSize is false for it)
             self.bytes_in_use += math.prod(shape) * dtype.itemsize
             if provider.is_cpu_based:
                 self.trace_position[slot] = len(self.trace)

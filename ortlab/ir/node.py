@@ -124,12 +124,13 @@ def node_label(node):
 
 
 def _subgraph_reads(graph_proto, found):
-    """Append to `found` the names a subgraph reads without defining them (nested subgraphs included)."""
+    """Append to `found` the names a subgraph reads without defining them (nested subgraphs included: what
+    a nested subgraph reads from this one's inputs or nodes is this one's own, not an outer read)."""
     defined = {i.name for i in graph_proto.input} | {t.name for t in graph_proto.initializer}
     for node in graph_proto.node:
         found += [name for name in node.input if name and name not in defined]
         for attr in node.attribute:
             for sub in ([attr.g] if attr.type == attr.GRAPH else list(attr.graphs)):
-                _subgraph_reads(sub, found)
+                found += [name for name in _subgraph_reads(sub, []) if name not in defined]
         defined.update(node.output)
     return found

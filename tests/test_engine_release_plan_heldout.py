@@ -1,0 +1,280 @@
+"""The engine's release plan on models nobody tuned it for: outputs equal ORT 1.19.2's under every
+SessionOptions combination, and the plan never frees or overwrites a value that is read later.
+
+Every run is compared with onnxruntime.InferenceSession on the same model (CPU EP, no optimization).
+`assert_plan_safe` proves, from the session state alone, that (1) no step reads a value an earlier step
+released, (2) no feed, weight or graph output is ever released, and (3) no output is written into a buffer
+(in place through MayInplace, or taken from the freelist) while a value living there is still read or
+fetched; an Alias output (Reshape, Squeeze, Identity) is a view of the same bytes and writes nothing.
+"""
+import itertools
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from ortlab.engine import InferenceSession, SessionOptions
+from ortlab.errors import OrtlabError
+from ortlab.memory import plan as memory_plan
+from ortlab.memory.allocation_planner import K_REUSE
+
+F = TensorProto.FLOAT
+COMBOS = [dict(enable_mem_pattern=p, enable_mem_reuse=r, execution_order=o, graph_optimization_level=lv)
+          for p, r, o, lv in itertools.product([True, False], [True, False], ["default", "priority"], [0, 99])]
+
+
+def combo_id(c):
+    return (f"{'pat' if c['enable_mem_pattern'] else 'nopat'}-{'reuse' if c['enable_mem_reuse'] else 'noreuse'}-"
+            f"{c['execution_order']}-L{c['graph_optimization_level']}")
+
+
+# ----------------------------------------------------------------------------------------------
+# The checker
+# ----------------------------------------------------------------------------------------------
+def _reads(step):
+    return [s for s in step.inputs if s >= 0] + [slot for _, slot in step.implicit]
+
+
+def plan_problems(sess):
+    """Every way the session's steps and releases could lose or overwrite a value still needed."""
+    state = sess.state
+    names, plan = state.value_names, state.allocation_plan
+    protected = ({state.index_of[n] for n in state.graph.outputs} | {state.index_of[n] for n in state.graph.inputs}
+                 | set(state.initializers))
+    last_read = {}
+    for k, step in enumerate(state.steps):
+        for slot in _reads(step):
+            last_read[slot] = k
+    defined = {s: k for k, step in enumerate(state.steps) for s in step.outputs if s >= 0}
+    residents = {}
+    for value in plan.values:
+        residents.setdefault(plan.buffer_of(value.index), []).append(value.index)
+    problems, released = [], {}
+    for k, step in enumerate(state.steps):
+        problems += [f"{names[s]} read at step {k}, released after step {released[s]}"
+                     for s in _reads(step) if s in released]
+        kdef = state.kernel_defs[step.node.index]
+        aliased = {o for _, o in kdef.alias}
+        for out_num, slot in enumerate(step.outputs):
+            value = plan.values[slot] if slot >= 0 else None
+            if value is None or value.kind != K_REUSE:
+                continue
+            if value.inplace and (out_num in aliased or kdef.variadic_alias):
+                continue  # a view of the same bytes: nothing is overwritten
+            for other in residents[value.reused_buffer]:
+                if other == slot or (other not in protected and defined.get(other, -1) >= k):
+                    continue  # itself, or a later tenant of the buffer
+                if other in protected or last_read.get(other, -1) > k:
+                    problems.append(f"{names[slot]} written at step {k} into the buffer of {names[other]}, "
+                                    "which is still read or fetched")
+        for slot in step.releases:
+            if slot in protected:
+                problems.append(f"{names[slot]} (a feed, weight or graph output) released after step {k}")
+            released.setdefault(slot, k)
+    return problems
+
+
+def assert_plan_safe(sess):
+    problems = plan_problems(sess)
+    assert not problems, "\n".join(problems)
+
+
+def assert_plan_is_memory_plans(sess, feeds, options):
+    """Where ortlab.memory.plan accepts the model, the session's plan has its kinds and reuse."""
+    graph = sess.planning_graph()
+    shapes = {n: np.shape(v) for n, v in feeds.items()}
+    try:
+        expected = memory_plan(graph, shapes, order=options["execution_order"],
+                               enable_mem_reuse=options["enable_mem_reuse"],
+                               declarations=lambda node: sess.state.kernel_defs[node.index])
+    except Exception:  # noqa: BLE001 (a graph the static planner refuses: nothing to compare)
+        return
+    ours = sess.state.allocation_plan
+    names = {v.index: v.name for v in ours.values}
+    got = {v.name: (v.kind, names.get(v.reused_buffer) if v.kind == K_REUSE else None) for v in ours.values}
+    for v in expected.values:
+        assert got.get(v.name, (v.kind, v.reuses)) == (v.kind, v.reuses), v.name
+
+
+# ----------------------------------------------------------------------------------------------
+# Running against ORT
+# ----------------------------------------------------------------------------------------------
+def ort_outputs(model, feeds):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def assert_same(expected, got):
+    assert len(expected) == len(got)
+    for e, g in zip(expected, got):
+        e, g = np.asarray(e), np.asarray(g)
+        assert e.dtype == g.dtype and e.shape == g.shape, (e.dtype, e.shape, g.dtype, g.shape)
+        if e.dtype == object:
+            assert e.tolist() == g.tolist()
+        else:
+            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+
+
+def check_every_combo(model, feeds, runs=2):
+    expected = ort_outputs(model, feeds)
+    for options in COMBOS:
+        sess = InferenceSession(model.SerializeToString(), SessionOptions(log_severity_level=3, **options))
+        assert_plan_safe(sess)
+        assert_plan_is_memory_plans(sess, feeds, options)
+        for _ in range(runs):
+            got = sess.run(None, {k: v.copy() for k, v in feeds.items()})
+            assert_same(expected, got)
+            assert sess.last_run.peak_bytes >= 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Models
+# ----------------------------------------------------------------------------------------------
+def _model(nodes, inputs, outputs, initializers=(), opset=17):
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "g", [value(n, t, s) for n, t, s in inputs],
+                              [value(n, t, s) for n, t, s in outputs], list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _x(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def output_also_read():
+    """a is a graph output and read by two later nodes; an in-place chain runs past it."""
+    n = helper.make_node
+    return _model([n("Relu", ["x"], ["a"]), n("Sigmoid", ["a"], ["b"]), n("Tanh", ["b"], ["c"]),
+                   n("Neg", ["c"], ["d"]), n("Add", ["a", "d"], ["y"])],
+                  [("x", F, [4, 8])], [("a", F, [4, 8]), ("y", F, [4, 8])]), {"x": _x(4, 8)}
+
+
+def input_and_weight_are_outputs():
+    """A feed and an initializer that are graph outputs, each also aliased (Reshape, Identity, Squeeze) and
+    read through MayInplace ops."""
+    n = helper.make_node
+    w = numpy_helper.from_array(_x(1, 4, 8, seed=1), "w")
+    shape = numpy_helper.from_array(np.array([8, 4], np.int64), "shape")
+    return _model([n("Reshape", ["x", "shape"], ["xr"]), n("Relu", ["xr"], ["r"]), n("Identity", ["x"], ["xi"]),
+                   n("Sigmoid", ["xi"], ["s"]), n("Squeeze", ["w"], ["ws"]), n("Tanh", ["ws"], ["t"]),
+                   n("Reshape", ["r", "shape"], ["rr"]), n("Add", ["s", "t"], ["y"])],
+                  [("x", F, [4, 8])], [("x", F, [4, 8]), ("w", F, [1, 4, 8]), ("y", F, [4, 8]), ("rr", F, [8, 4])],
+                  [w, shape]), {"x": _x(4, 8)}
+
+
+def unread_and_optional_outputs():
+    """TopK indices nobody reads, Dropout's mask left off, LayerNormalization's Mean read only later, then a
+    chain that can take freed buffers."""
+    n = helper.make_node
+    k = numpy_helper.from_array(np.array([3], np.int64), "k")
+    scale = numpy_helper.from_array(np.ones(8, np.float32), "scale")
+    return _model([n("TopK", ["x", "k"], ["vals", "idx"]), n("Dropout", ["x"], ["d"]),
+                   n("LayerNormalization", ["d", "scale"], ["ln", "mean", ""], axis=-1),
+                   n("Relu", ["ln"], ["r"]), n("Sigmoid", ["r"], ["s"]), n("Mul", ["s", "mean"], ["y"]),
+                   n("ReduceSum", ["vals"], ["z"], keepdims=0)],
+                  [("x", F, [4, 8])], [("y", F, [4, 8]), ("z", F, [])], [k, scale]), {"x": _x(4, 8)}
+
+
+def _branch(name, node, out, shape):
+    return helper.make_graph([node], name, [], [helper.make_tensor_value_info(out, F, shape)])
+
+
+def if_reads_outer_after_last_explicit_reader():
+    """w's last explicit reader runs before the If whose branch reads w; with freed buffers of w's size
+    around, a release at the explicit reader would let a later node overwrite w."""
+    n = helper.make_node
+    then_g = _branch("then", n("Add", ["w", "v"], ["t"]), "t", [4, 8])
+    else_g = _branch("else", n("Sub", ["w", "v"], ["e"]), "e", [4, 8])
+    return _model([n("Mul", ["x", "x"], ["w"]), n("Relu", ["w"], ["v"]), n("Sigmoid", ["v"], ["p"]),
+                   n("Tanh", ["p"], ["q"]), n("Neg", ["q"], ["u"]),
+                   n("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g), n("Add", ["y", "u"], ["z"])],
+                  [("x", F, [4, 8]), ("c", TensorProto.BOOL, [])], [("z", F, [4, 8])]), \
+        {"x": _x(4, 8), "c": np.array(True)}
+
+
+def loop_and_scan_read_outer_values(scan_reads="g"):
+    """A Loop whose body reads an outer value through a nested If, and a Scan whose body reads `scan_reads`
+    (an outer value, or its own running sum)."""
+    n = helper.make_node
+    v = helper.make_tensor_value_info
+    inner_then = _branch("it", n("Add", ["acc", "w"], ["it_o"]), "it_o", [4, 8])
+    inner_else = _branch("ie", n("Sub", ["acc", "w"], ["ie_o"]), "ie_o", [4, 8])
+    body = helper.make_graph(
+        [n("If", ["cond"], ["acc_next"], then_branch=inner_then, else_branch=inner_else),
+         n("Identity", ["cond"], ["cond_out"])], "body",
+        [v("i", TensorProto.INT64, []), v("cond", TensorProto.BOOL, []), v("acc", F, [4, 8])],
+        [v("cond_out", TensorProto.BOOL, []), v("acc_next", F, [4, 8])])
+    scan_body = helper.make_graph(
+        [n("Add", ["s_acc", "row"], ["s_sum"]), n("Mul", ["s_sum", scan_reads], ["s_next"]),
+         n("Identity", ["s_next"], ["s_out"])], "scan_body",
+        [v("s_acc", F, [8]), v("row", F, [8])], [v("s_next", F, [8]), v("s_out", F, [8])])
+    trip = numpy_helper.from_array(np.array(3, np.int64), "trip")
+    cond = numpy_helper.from_array(np.array(True), "cond0")
+    zero = numpy_helper.from_array(np.zeros(8, np.float32), "zero")
+    return _model([n("Mul", ["x", "x"], ["w"]), n("Relu", ["x"], ["a"]), n("Sigmoid", ["a"], ["g0"]),
+                   n("ReduceMean", ["g0"], ["g"], axes=[0], keepdims=0),
+                   n("Neg", ["w"], ["nw"]), n("Tanh", ["nw"], ["tw"]),
+                   n("Loop", ["trip", "cond0", "tw"], ["looped"], body=body),
+                   n("Scan", ["zero", "looped"], ["final", "rows"], body=scan_body, num_scan_inputs=1),
+                   n("Relu", ["rows"], ["y"])],
+                  [("x", F, [4, 8])], [("y", F, [4, 8]), ("final", F, [8])], [trip, cond, zero], opset=16), \
+        {"x": _x(4, 8)}
+
+
+def loop_and_scan_read_own_values():
+    return loop_and_scan_read_outer_values(scan_reads="s_sum")
+
+
+def strings_through_the_plan():
+    """String tensors (never reused: ORT's SameSize is false for strings) next to floats."""
+    n = helper.make_node
+    return _model([n("Cast", ["x"], ["s"], to=TensorProto.STRING), n("Identity", ["s"], ["si"]),
+                   n("Relu", ["x"], ["r"]), n("Neg", ["r"], ["y"])],
+                  [("x", F, [3, 4])], [("si", TensorProto.STRING, [3, 4]), ("y", F, [3, 4])]), \
+        {"x": np.array([[1.5, -2, 0, 3]] * 3, np.float32)}
+
+
+MODELS = {f.__name__: f for f in (output_also_read, input_and_weight_are_outputs, unread_and_optional_outputs,
+                                  if_reads_outer_after_last_explicit_reader, loop_and_scan_read_own_values,
+                                  strings_through_the_plan)}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_heldout_model_matches_ort_under_every_option_and_its_plan_is_safe(name):
+    check_every_combo(*MODELS[name]())
+
+
+def test_a_string_output_runs_without_the_memory_pattern():
+    """ORT never reuses a string buffer; the engine's ReusePlan frame must not try to view one as bytes
+    (it failed with numpy's 'Cannot change data-type for object array')."""
+    model, feeds = strings_through_the_plan()
+    sess = InferenceSession(model.SerializeToString(), SessionOptions(enable_mem_pattern=False,
+                                                                      graph_optimization_level=0))
+    assert_same(ort_outputs(model, feeds), sess.run(None, feeds))
+
+
+def test_a_value_a_loop_body_defines_is_no_outer_read_of_the_loop():
+    """A nested If inside a Loop body reads the body's own input `acc` and the outer `w`: the Loop's implicit
+    inputs (ORT: Node::ImplicitInputDefs) are `w` alone. Taking `acc` for an outer value handed the body
+    None in its place (KernelFailure in the Loop)."""
+    model, feeds = loop_and_scan_read_own_values()
+    sess = InferenceSession(model.SerializeToString(), SessionOptions(graph_optimization_level=0))
+    loop = next(s.node for s in sess.state.steps if s.node.op_type == "Loop")
+    assert loop.implicit_input_names() == ["w"]
+    assert_same(ort_outputs(model, feeds), sess.run(None, feeds))
+
+
+@pytest.mark.xfail(strict=True, raises=OrtlabError, reason=(
+    "engine gap (ortlab/engine/cpu_execution_provider.py ReferenceKernel): onnx.reference's Scan takes no "
+    "outer-scope context, so a Scan body reading an outer value fails with 'Unable to find input'; ORT runs it"))
+def test_a_scan_body_reading_an_outer_value_runs_as_in_ort():
+    model, feeds = loop_and_scan_read_outer_values()
+    sess = InferenceSession(model.SerializeToString(), SessionOptions(graph_optimization_level=0))
+    assert_plan_safe(sess)
+    assert_same(ort_outputs(model, feeds), sess.run(None, feeds))
