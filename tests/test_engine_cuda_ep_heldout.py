@@ -143,3 +143,55 @@ def test_an_output_bound_to_a_host_buffer_of_another_shape_is_refused_clearly(pr
     binding.bind_ortvalue_output("z", np.empty(7, np.float32))
     with pytest.raises(OrtlabError, match=r"shape verification failed|Tensor size mismatch"):
         sess.run_with_iobinding(binding)
+
+
+# ---- inputs ORT refuses are refused, not computed -------------------------------------------------
+def ort_refuses(model, feeds):
+    with pytest.raises(Exception) as caught:  # noqa: PT011 (ORT's pybind errors share no base class but Exception)
+        theirs(model, feeds)
+    return str(caught.value)
+
+
+def labels_of_another_shape(op, labels):
+    if op == "SoftmaxCrossEntropyLoss":
+        feeds = {"x": f32(4, 5), "l": labels}
+        return make_model([helper.make_node(op, ["x", "l"], ["loss"])], feeds, ["loss"]), feeds
+    feeds = {"dy": np.array(1.0, np.float32), "lp": f32(4, 5), "l": labels}
+    return make_model([helper.make_node(op, ["dy", "lp", "l"], ["d"], domain=MS)], feeds, ["d"]), feeds
+
+
+@pytest.mark.parametrize("op", ["SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad"])
+@pytest.mark.parametrize("labels", [np.array([[0], [1], [2], [3]]), np.array([0, 1, 2, 3, 4]), np.array([0, 1, 2])],
+                         ids=["N x 1", "N + 1", "N - 1"])
+def test_labels_not_of_shape_n_are_refused_as_ort_refuses_them(op, labels):
+    """Scores [4, 5] take labels [4]. The CUDA EP summed the first 4 of 5 labels, read [4, 1] as [4], and
+    read past 3 labels (the CPU runner's bounds check stopped it; a GPU would read garbage)."""
+    model, feeds = labels_of_another_shape(op, labels)
+    ort_refuses(model, feeds)
+    sess = session(model)
+    assert set(placed(sess).values()) == {CUDA}
+    with pytest.raises(OrtlabError, match=r"labels have shape .* the scores \[N, C\] = \(4, 5\) take \(4,\)"):
+        sess.run(None, feeds)
+
+
+@pytest.mark.parametrize("ratio", [1.0, -0.1])
+def test_a_dropout_ratio_outside_0_1_is_refused_in_inference_mode_too_as_ort_does(ratio):
+    """ORT's Dropout checks the ratio before it looks at training_mode (onnxruntime/core/providers/cpu/nn/
+    dropout_op.h, cuda/nn/dropout.cc); the CUDA EP returned y = x."""
+    feeds = {"x": f32(5, 6), "r": np.array(ratio, np.float32), "t": np.array(False)}
+    model = make_model([helper.make_node("Dropout", ["x", "r", "t"], ["y", "mask"])], feeds, ["y", "mask"])
+    assert "ratio" in ort_refuses(model, feeds)
+    with pytest.raises(OrtlabError, match=r"ratio must be in \[0, 1\)"):
+        session(model).run(None, feeds)
+
+
+def test_reduce_sum_axes_of_rank_2_are_refused_as_ort_refuses_them():
+    """ORT: 'An axes tensor must be a vector tensor' (core/providers/cpu/reduction/reduction_ops.cc); the CUDA EP
+    flattened [[-1]] and reduced."""
+    feeds = {"x": f32(3, 4)}
+    model = make_model([helper.make_node("ReduceSum", ["x", "axes"], ["y"])], feeds, ["y"],
+                       [("axes", np.array([[-1]], np.int64))])
+    assert "vector" in ort_refuses(model, feeds)
+    sess = session(model)
+    assert placed(sess) == {"ReduceSum": CPU}
+    assert "axes of shape (1, 1)" in sess.state.providers[CUDA].find_kernel(sess.graph.nodes()[0])[1]

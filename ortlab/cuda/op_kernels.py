@@ -170,6 +170,9 @@ def _reduce_axes(given, rank, attributes):
     [rows, cols]); empty axes reduce all, or none with noop_with_empty_axes. rank None (unknown): only
     negative axes -k..-1 can be checked, and are returned as they are."""
     axes = given
+    if axes is not None and np.ndim(axes) != 1:
+        return None, (f"axes of shape {np.shape(axes)}: ORT takes a vector of axes ('An axes tensor must be a "
+                      "vector tensor', core/providers/cpu/reduction/reduction_ops.cc)")
     if rank is None:
         negative = sorted({int(a) for a in np.reshape(axes, -1)}) if axes is not None and np.size(axes) else None
         if negative is None or negative != list(range(-len(negative), 0)):
@@ -254,7 +257,8 @@ def dropout(call, x, ratio=None, training_mode=None):
     node keeps its generator's offset in call.state, advanced by the elements drawn, as ORT's
     PhiloxGenerator advances its offset, so a second run draws a new mask."""
     training = bool(np.asarray(training_mode).reshape(-1)[0]) if training_mode is not None else False
-    ratio = _ratio(ratio) if training else 0.0
+    checked = _ratio(ratio)  # in either mode, as ORT's kernels check it (cpu/nn/dropout_op.h, cuda/nn/dropout.cc)
+    ratio = checked if training else 0.0
     launcher = call.launcher("dropout")
     xp = launcher.xp
     n = int(x.size)
@@ -395,10 +399,14 @@ def _sce_check(spec, weight_input):
     return None
 
 
-def _labels(call, launcher, labels, classes):
-    """Labels as int64 on the launcher's device, checked in [0, classes) or equal to ignore_index (-1 when
-    the attribute is absent, as in ORT; the kernel reads log_prob[label] unchecked, as ORT's CUDA kernel does)."""
+def _labels(call, launcher, labels, n, classes):
+    """Labels as int64 on the launcher's device, checked of shape (n,) and in [0, classes) or equal to
+    ignore_index (-1 when the attribute is absent, as in ORT; the kernel reads log_prob[label] unchecked, as
+    ORT's CUDA kernel does)."""
     ignore = int(call.attribute("ignore_index", DEFAULT_IGNORE))
+    if tuple(labels.shape) != (n,):
+        raise CudaOpError(f"SoftmaxCrossEntropyLoss: labels have shape {tuple(labels.shape)}; the scores [N, C] = "
+                          f"{(n, classes)} take ({n},) (ORT refuses other shapes too)")
     host = np.asarray(launcher.to_numpy(labels)).reshape(-1)
     bad = host[((host < 0) | (host >= classes)) & (host != ignore)]
     if bad.size:
@@ -425,7 +433,7 @@ def softmax_cross_entropy(call, scores, labels, weights=None):
     launcher = call.launcher("softmax_cross_entropy")
     xp = launcher.xp
     n, classes = scores.shape
-    labels, ignore = _labels(call, launcher, labels, classes)
+    labels, ignore = _labels(call, launcher, labels, n, classes)
     log_prob = xp.zeros((n, classes), xp.float32)
     loss = xp.zeros(1, xp.float32)
     if n and classes:
@@ -449,7 +457,7 @@ def softmax_cross_entropy_grad(call, dy, log_prob, labels, weights=None):
     if int(dy.size) != 1:
         raise CudaOpError(f"SoftmaxCrossEntropyLossGrad: dY has shape {tuple(dy.shape)}; reduction 'mean' "
                           "gives one loss, so dY is one value")
-    labels, ignore = _labels(call, launcher, labels, classes)
+    labels, ignore = _labels(call, launcher, labels, n, classes)
     dscores = xp.zeros((n, classes), xp.float32)
     if n and classes:
         log_prob = _f32(xp, log_prob)
