@@ -278,3 +278,47 @@ def test_a_scan_body_reading_an_outer_value_runs_as_in_ort():
     sess = InferenceSession(model.SerializeToString(), SessionOptions(graph_optimization_level=0))
     assert_plan_safe(sess)
     assert_same(ort_outputs(model, feeds), sess.run(None, feeds))
+
+
+@pytest.mark.parametrize("name", ["mlp", "gpt"])
+def test_training_graphs_match_ort_under_every_option_and_their_plans_are_safe(name):
+    from engine_models import training_graph
+
+    check_every_combo(*training_graph(name, "ortlab"), runs=1)
+
+
+def symbolic_chain():
+    """Symbolic batch: freelist reuse by symbolic shape; a graph output (b) read later; a branch (z) that
+    only_execute_path_to_fetches may run alone."""
+    n = helper.make_node
+    return _model([n("Relu", ["x"], ["a"]), n("Sigmoid", ["a"], ["b"]), n("Exp", ["b"], ["c"]), n("Neg", ["c"], ["d"]),
+                   n("Add", ["a", "d"], ["y"]), n("Tanh", ["x"], ["side"]), n("Mul", ["side", "side"], ["z"])],
+                  [("x", F, ["N", 8])], [("y", F, ["N", 8]), ("z", F, ["N", 8]), ("b", F, ["N", 8])])
+
+
+@pytest.mark.parametrize("options", COMBOS[::3], ids=combo_id)
+def test_runs_with_other_shapes_paths_to_fetches_and_bound_outputs_match_ort(options):
+    """One session run with batch 3, 7, 2, 7 in turn; each time every output, the path to one fetch alone
+    (RunOptions.only_execute_path_to_fetches) and an IOBinding with one output bound to a caller's buffer."""
+    from ortlab.engine import RunOptions
+
+    model = symbolic_chain()
+    sess = InferenceSession(model.SerializeToString(), SessionOptions(log_severity_level=3, **options))
+    assert_plan_safe(sess)
+    path_only = RunOptions(only_execute_path_to_fetches=True)
+    for batch in (3, 7, 2, 7):
+        feeds = {"x": _x(batch, 8, seed=batch)}
+        y, z, b = ort_outputs(model, feeds)
+        assert_same([y, z, b], sess.run(None, feeds))
+        assert_same([z], sess.run(["z"], feeds, path_only))
+        assert_same([y], sess.run(["y"], feeds, path_only))
+        assert sess.last_run.peak_bytes >= 0
+        binding = sess.io_binding()
+        binding.bind_cpu_input("x", feeds["x"])
+        bound = np.empty((batch, 8), np.float32)
+        binding.bind_output("b", "cpu", 0, np.float32, [batch, 8], bound.ctypes.data)
+        binding.bind_output("y")
+        sess.run_with_iobinding(binding)
+        assert_same([b, y], binding.copy_outputs_to_cpu())
+        np.testing.assert_allclose(bound, b, rtol=1e-5, atol=1e-6)
+        assert sess.last_run.peak_bytes >= 0
