@@ -209,7 +209,8 @@ def _reduce_sum_check(spec):
 
 def reduce_sum(call, x, axes=None):
     """y = sum of x over its trailing `axes` (keepdims as the attribute says): reduce_sum_last_axis on
-    x viewed as [rows, cols], cols the product of the reduced axes."""
+    x viewed as [rows, cols], cols the product of the reduced axes. No axes with noop_with_empty_axes give
+    x, as ONNX says (ORT 1.19.2's CPU kernel fails when the axes input is left out)."""
     rank = x.ndim
     axes = call.attribute("axes") if axes is None else axes
     found, why = _reduce_axes(axes, rank, call.attributes)
@@ -326,7 +327,9 @@ def _check_size(array, cols, what):
 
 def layer_norm(call, x, scale, bias=None):
     """(y, mean, inv_std) over the axes from `axis` on: layer_norm on x as [rows, cols] (Welford's
-    mean and variance, y = (x - mean) * inv_std * scale + bias); no bias adds zeros."""
+    mean and variance, y = (x - mean) * inv_std * scale + bias); no bias adds zeros. ORT 1.19.2's CPU
+    kernel takes var = E[x^2] - E[x]^2 in float, which cancels to NaN for rows far from zero relative to
+    their spread ([30000, 30001, 30002]); the centred Welford sums here do not."""
     axis, rows, cols = _rows_cols(x.shape, call.attribute("axis", -1), "LayerNormalization")
     _check_size(scale, cols, "scale")
     _check_size(bias, cols, "bias")
@@ -354,7 +357,9 @@ def _layer_norm_grad_check(spec):
 def layer_norm_grad(call, dy, x, scale, mean, inv_std):
     """(dx, dscale, dbias) of LayerNormalization given its saved mean and inv_std, as ORT's gradient
     builder emits LayerNormalizationGrad (orttraining/orttraining/core/graph/gradient_builder.cc):
-    layer_norm_grad_input (a block per row) and layer_norm_grad_scale_bias (a thread per column)."""
+    layer_norm_grad_input (a block per row) and layer_norm_grad_scale_bias (a thread per column). Over one
+    normalized element xhat is 0: dx = dscale = 0, dbias = sum dy, where ORT 1.19.2's CPU kernel refuses
+    (orttraining/orttraining/training_ops/cpu/nn/layer_norm.cc: 'M != 1')."""
     _, rows, cols = _rows_cols(x.shape, call.attribute("axis", -1), "LayerNormalizationGrad")
     _check_size(scale, cols, "scale")
     if tuple(dy.shape) != tuple(x.shape) or int(mean.size) != rows or int(inv_std.size) != rows:
