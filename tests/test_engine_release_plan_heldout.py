@@ -15,7 +15,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ortlab.engine import InferenceSession, SessionOptions
-from ortlab.errors import OrtlabError
 from ortlab.memory import plan as memory_plan
 from ortlab.memory.allocation_planner import K_REUSE
 
@@ -242,6 +241,7 @@ def strings_through_the_plan():
 
 MODELS = {f.__name__: f for f in (output_also_read, input_and_weight_are_outputs, unread_and_optional_outputs,
                                   if_reads_outer_after_last_explicit_reader, loop_and_scan_read_own_values,
+                                  loop_and_scan_read_outer_values,
                                   strings_through_the_plan)}
 
 
@@ -270,10 +270,9 @@ def test_a_value_a_loop_body_defines_is_no_outer_read_of_the_loop():
     assert_same(ort_outputs(model, feeds), sess.run(None, feeds))
 
 
-@pytest.mark.xfail(strict=True, raises=OrtlabError, reason=(
-    "engine gap (ortlab/engine/cpu_execution_provider.py ReferenceKernel): onnx.reference's Scan takes no "
-    "outer-scope context, so a Scan body reading an outer value fails with 'Unable to find input'; ORT runs it"))
 def test_a_scan_body_reading_an_outer_value_runs_as_in_ort():
+    """onnx.reference's Scan takes no outer-scope context: a body reading an outer value failed with
+    'Unable to find input' (KernelFailure); ORT runs it."""
     model, feeds = loop_and_scan_read_outer_values()
     sess = InferenceSession(model.SerializeToString(), SessionOptions(graph_optimization_level=0))
     assert_plan_safe(sess)

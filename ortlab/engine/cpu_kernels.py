@@ -13,6 +13,7 @@ import numpy as np
 from onnx import TensorProto
 from onnx import _custom_element_types as custom
 from onnx.reference.ops.op_loop import Loop as ReferenceLoop
+from onnx.reference.ops.op_scan import Scan as ReferenceScan
 from onnx.reference.ops.op_scatter_elements import scatter_elements
 
 from ortlab.engine.cpu_execution_provider import ReferenceKernel
@@ -423,6 +424,35 @@ class OrtLoop(ReferenceKernel):
 
     def __init__(self, info):
         super().__init__(info, op_class=StackingLoop)
+
+
+# --- Scan -------------------------------------------------------------------------------------
+class ScopedScan(ReferenceScan):
+    """onnx.reference's Scan with the body's outer-scope reads: each iteration's body sees the values of
+    the graph around it it reads (ORT: scan_9.cc runs the body with the node's implicit inputs as feeds)."""
+
+    def __init__(self, onnx_node, run_params):
+        super().__init__(onnx_node, run_params)
+        self._outer, body = {}, self._run_body  # (an instance attribute onnx.reference makes per graph)
+        self._run_body = lambda inputs, attributes=None: body({**self._outer, **inputs}, attributes=attributes)
+
+    def need_context(self):
+        return True
+
+    def _run(self, *args, context=None, **attributes):
+        self._outer = context or {}
+        return super()._run(*args, **attributes)
+
+
+@register_op_kernel("Scan", provider=CPU)
+class OrtScan(ReferenceKernel):
+    """Scan whose body may read values of the graph around it (see ScopedScan).
+    ORT: onnxruntime/core/providers/cpu/controlflow/scan_9.cc."""
+
+    def __init__(self, info):
+        opsets = dict(info.node.graph.opset_imports)
+        opset = opsets.get("", opsets.get("ai.onnx", 0))
+        super().__init__(info, op_class=ScopedScan if opset >= 9 else None)  # opset 8's form: the reference's
 
 
 # --- QLinearMatMul ----------------------------------------------------------------------------
