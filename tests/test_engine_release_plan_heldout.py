@@ -230,6 +230,21 @@ def loop_and_scan_read_own_values():
     return loop_and_scan_read_outer_values(scan_reads="s_sum")
 
 
+def sequence_map_reads_outer_values():
+    """A sequence built from a value whose last tensor reader is SequenceConstruct (its buffer is free right
+    after), then mapped by a body reading outer values."""
+    n = helper.make_node
+    v = helper.make_tensor_value_info
+    body = helper.make_graph([n("Mul", ["elem", "w"], ["m"]), n("Add", ["m", "g"], ["out"])], "body",
+                             [v("elem", F, [4, 8])], [v("out", F, [4, 8])])
+    one = numpy_helper.from_array(np.array(1, np.int64), "one")
+    return _model([n("Mul", ["x", "x"], ["w"]), n("Relu", ["x"], ["a"]), n("Sigmoid", ["a"], ["g"]),
+                   n("Neg", ["x"], ["nx"]), n("SequenceConstruct", ["x", "nx"], ["seq"]),
+                   n("SequenceMap", ["seq"], ["mapped"], body=body), n("SequenceAt", ["mapped", "one"], ["y0"]),
+                   n("Tanh", ["y0"], ["t"]), n("Exp", ["t"], ["y"])],
+                  [("x", F, [4, 8])], [("y", F, [4, 8])], [one]), {"x": _x(4, 8)}
+
+
 def strings_through_the_plan():
     """String tensors (never reused: ORT's SameSize is false for strings) next to floats."""
     n = helper.make_node
@@ -241,7 +256,7 @@ def strings_through_the_plan():
 
 MODELS = {f.__name__: f for f in (output_also_read, input_and_weight_are_outputs, unread_and_optional_outputs,
                                   if_reads_outer_after_last_explicit_reader, loop_and_scan_read_own_values,
-                                  loop_and_scan_read_outer_values,
+                                  loop_and_scan_read_outer_values, sequence_map_reads_outer_values,
                                   strings_through_the_plan)}
 
 
@@ -321,3 +336,14 @@ def test_runs_with_other_shapes_paths_to_fetches_and_bound_outputs_match_ort(opt
         assert_same([b, y], binding.copy_outputs_to_cpu())
         np.testing.assert_allclose(bound, b, rtol=1e-5, atol=1e-6)
         assert sess.last_run.peak_bytes >= 0
+
+
+def test_a_sequence_keeps_its_tensors_when_their_buffers_are_reused():
+    """SequenceConstruct's input nx is released after it and its buffer goes to the next node's output
+    (freelist reuse, without the memory pattern): the sequence must hold its own copy, as ORT's TensorSeq
+    does. It held the frame's array, so SequenceAt read the Relu/Sigmoid output written over it (every
+    element wrong, no error)."""
+    model, feeds = sequence_map_reads_outer_values()
+    sess = InferenceSession(model.SerializeToString(), SessionOptions(enable_mem_pattern=False,
+                                                                      graph_optimization_level=0))
+    assert_same(ort_outputs(model, feeds), sess.run(None, feeds))

@@ -14,6 +14,7 @@ from onnx import TensorProto
 from onnx import _custom_element_types as custom
 from onnx.reference.ops.op_loop import Loop as ReferenceLoop
 from onnx.reference.ops.op_scan import Scan as ReferenceScan
+from onnx.reference.ops.op_sequence_map import SequenceMap as ReferenceSequenceMap
 from onnx.reference.ops.op_scatter_elements import scatter_elements
 
 from ortlab.engine.cpu_execution_provider import ReferenceKernel
@@ -453,6 +454,39 @@ class OrtScan(ReferenceKernel):
         opsets = dict(info.node.graph.opset_imports)
         opset = opsets.get("", opsets.get("ai.onnx", 0))
         super().__init__(info, op_class=ScopedScan if opset >= 9 else None)  # opset 8's form: the reference's
+
+
+# --- SequenceMap ------------------------------------------------------------------------------
+class ScopedBody:
+    """A subgraph's evaluator whose every run also sees the outer-scope values it reads."""
+
+    def __init__(self, body, outer):
+        self.body, self.outer = body, outer
+
+    def __getattr__(self, name):
+        return getattr(self.body, name)
+
+    def run(self, names, feeds, **kwargs):
+        return self.body.run(names, {**self.outer, **feeds}, **kwargs)
+
+
+class ScopedSequenceMap(ReferenceSequenceMap):
+    """onnx.reference's SequenceMap with the body's outer-scope reads (ORT inlines SequenceMap's function
+    body, a Loop, whose body reads the implicit inputs)."""
+
+    def need_context(self):
+        return True
+
+    def _run(self, *args, context=None, body=None, attributes=None):
+        return super()._run(*args, body=ScopedBody(body or self.body, context or {}), attributes=attributes)
+
+
+@register_op_kernel("SequenceMap", provider=CPU)
+class OrtSequenceMap(ReferenceKernel):
+    """SequenceMap whose body may read values of the graph around it (see ScopedSequenceMap)."""
+
+    def __init__(self, info):
+        super().__init__(info, op_class=ScopedSequenceMap)
 
 
 # --- QLinearMatMul ----------------------------------------------------------------------------

@@ -163,7 +163,12 @@ class ExecutionFrame:
         return buffer
 
     def store(self, slot, value):
-        """A value that is not a tensor (a sequence, an absent optional) kept as it is."""
+        """A value that is not a tensor (a sequence, an optional, a map) kept with tensors of its own: ORT's
+        TensorSeq owns its tensors (onnxruntime/core/providers/cpu/sequence/sequence_ops.cc copies each input
+        into it), while a kernel here may return the frame's own arrays, whose buffers the plan frees and
+        hands to later outputs after their last tensor reader."""
+        if isinstance(value, list):
+            value = [np.array(v) if isinstance(v, np.ndarray) else v for v in value]
         self.values[slot] = value
 
     def copy_outputs_across_devices(self):
