@@ -516,3 +516,15 @@ def test_a_zoo_training_graph_equals_ort_and_again_on_a_second_run(name, builder
     for g, again, w in zip(first, second, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
         np.testing.assert_array_equal(g, again)
+
+
+def test_layer_norm_of_values_near_1e19_equals_ort():
+    """[1e19, -1e19, 0]: the variance (6.7e37) is a float, the square of the difference of two lanes' means (4e38)
+    is not. layer_norm.cu's merge of two Welford summaries squared that difference first and gave inv_std 0,
+    y = bias: a silently wrong row (ORT's CPU kernel gives +-1.2247)."""
+    x = np.array([[1e19, -1e19, 0.0], [0.0, -1.2e19, 1.2e19], [1.0, 2.0, 4.0]], np.float32)
+    feeds = {"x": x, "s": np.ones(3, np.float32), "b": np.full(3, 0.5, np.float32)}
+    model = make_model([helper.make_node("LayerNormalization", ["x", "s", "b"], ["y", "mean", "inv_std"])], feeds,
+                       ["y", "mean", "inv_std"])
+    y = assert_equal_to_ort(model, feeds, on=CUDA, rtol=1e-5, atol=1e-6)[0]
+    np.testing.assert_allclose(y[0], [1.7247449, -0.7247449, 0.5], rtol=1e-6)

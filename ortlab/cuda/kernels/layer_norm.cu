@@ -19,7 +19,7 @@ __device__ __forceinline__ void welford_merge(float& count, float& mean, float& 
   if (total == 0.0f) return;
   const float delta = mean_b - mean, weight_b = count_b / total;
   mean += delta * weight_b;
-  m2 += m2_b + delta * delta * count * weight_b;
+  m2 += m2_b + delta * (delta * (count * weight_b));  // delta * delta alone overflows first (|delta| > 1.8e19)
   count = total;
 }
 
