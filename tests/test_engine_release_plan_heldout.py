@@ -347,3 +347,65 @@ def test_a_sequence_keeps_its_tensors_when_their_buffers_are_reused():
     sess = InferenceSession(model.SerializeToString(), SessionOptions(enable_mem_pattern=False,
                                                                       graph_optimization_level=0))
     assert_same(ort_outputs(model, feeds), sess.run(None, feeds))
+
+
+PRETEND = "PretendDeviceExecutionProvider"
+PRETEND_KERNELS = {  # op: (kernel, KernelDef fields), each declared as ORT's CUDA EP declares it
+    "Relu": (lambda ctx: np.maximum(ctx.input(0), 0), dict(may_inplace=((0, 0),))),
+    "Sigmoid": (lambda ctx: 1 / (1 + np.exp(-ctx.input(0))), dict(may_inplace=((0, 0),))),
+    "Add": (lambda ctx: ctx.input(0) + ctx.input(1), dict(may_inplace=((0, 0),))),
+    "Reshape": (lambda ctx: ctx.input(0).reshape(ctx.input(1)), dict(alias=((0, 0),), input_memory=(1,))),
+    "MemcpyFromHost": (lambda ctx: np.array(ctx.input(0)), dict(input_memory=(0,))),
+    "MemcpyToHost": (lambda ctx: np.array(ctx.input(0)), dict(output_memory=(0,))),
+}
+
+
+@pytest.fixture
+def pretend_device():
+    """A device EP (its memory stands in for a GPU's; no GPU needed) claiming a few ops, so that the plan has
+    device values, Memcpy nodes and buffers in two locations."""
+    from ortlab.engine import (ExecutionProvider, OrtDevice, register_execution_provider, register_op_kernel,
+                               unregister_op_kernel)
+    from ortlab.engine.execution_provider import EXECUTION_PROVIDERS
+
+    @register_execution_provider
+    class PretendDeviceExecutionProvider(ExecutionProvider):
+        type = PRETEND
+        device = OrtDevice("GPU", 0, "host arrays standing in for device memory")
+
+    for op, (fn, kernel_def) in PRETEND_KERNELS.items():
+        register_op_kernel(op, provider=PRETEND, **kernel_def)(fn)
+    try:
+        yield PRETEND
+    finally:
+        for op in PRETEND_KERNELS:
+            unregister_op_kernel(op, provider=PRETEND)
+        EXECUTION_PROVIDERS.unregister(PRETEND)
+
+
+def device_and_host_chain():
+    """Nodes alternating between the device EP and the CPU (Memcpy nodes between), device values that are
+    graph outputs and read later on the host, Alias and MayInplace on the device, a weight read on the device."""
+    n = helper.make_node
+    shape = numpy_helper.from_array(np.array([8, 4], np.int64), "shape")
+    shape2 = numpy_helper.from_array(np.array([4, 8], np.int64), "shape2")
+    w = numpy_helper.from_array(_x(4, 8, seed=3), "w")
+    return _model([n("Relu", ["x"], ["a"]), n("Neg", ["a"], ["b"]), n("Sigmoid", ["b"], ["c"]), n("Tanh", ["c"], ["d"]),
+                   n("Add", ["d", "a"], ["e"]), n("Exp", ["e"], ["f"]), n("Reshape", ["f", "shape"], ["fr"]),
+                   n("Reshape", ["fr", "shape2"], ["g"]), n("Relu", ["g"], ["h"]), n("Neg", ["h"], ["i"]),
+                   n("Add", ["i", "w"], ["y"]), n("Abs", ["a"], ["z"])],
+                  [("x", F, [4, 8])], [("y", F, [4, 8]), ("a", F, [4, 8]), ("z", F, [4, 8]), ("w", F, [4, 8])],
+                  [shape, shape2, w]), {"x": _x(4, 8)}
+
+
+@pytest.mark.parametrize("options", COMBOS, ids=combo_id)
+def test_a_session_with_a_device_ep_and_memcpy_nodes_matches_ort(pretend_device, options):
+    model, feeds = device_and_host_chain()
+    sess = InferenceSession(model.SerializeToString(), SessionOptions(log_severity_level=3, **options),
+                            providers=[pretend_device])
+    assert sess.memcpy_count > 0
+    assert_plan_safe(sess)
+    expected = ort_outputs(model, feeds)
+    for _ in range(2):
+        assert_same(expected, sess.run(None, feeds))
+        assert sess.last_run.peak_bytes >= 0
