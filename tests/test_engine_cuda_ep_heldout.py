@@ -528,3 +528,26 @@ def test_layer_norm_of_values_near_1e19_equals_ort():
                        ["y", "mean", "inv_std"])
     y = assert_equal_to_ort(model, feeds, on=CUDA, rtol=1e-5, atol=1e-6)[0]
     np.testing.assert_allclose(y[0], [1.7247449, -0.7247449, 0.5], rtol=1e-6)
+
+
+def test_dropout_then_dropout_grad_agree_on_the_mask_and_equal_ort_given_that_mask():
+    """Dropout (training, ratio 0.3) and its DropoutGrad on the CUDA EP, run twice: y = x * mask / 0.7 and
+    dx = dy * mask / 0.7 with one mask per run; ORT's DropoutGrad given that mask gives the same dx."""
+    x, dy = f32(33, 65), f32(33, 65, seed=1)
+    feeds = {"x": x, "dy": dy}
+    node = helper.make_node
+    model = make_model([node("Dropout", ["x", "ratio", "t"], ["y", "mask"]),
+                        node("DropoutGrad", ["dy", "mask", "ratio"], ["dx"], domain=MS)], feeds, ["y", "mask", "dx"],
+                       [("ratio", np.array(0.3, np.float32)), ("t", np.array(True))])
+    sess = session(model)
+    assert set(placed(sess).values()) == {CUDA}
+    masks = []
+    for _ in range(2):
+        y, mask, dx = sess.run(None, feeds)
+        scale = np.float32(1) / np.float32(0.7)
+        np.testing.assert_array_equal(y, x * mask * scale)
+        grad_feeds = {"dy": dy, "mask": mask, "ratio": np.array(0.3, np.float32)}
+        grad = make_model([node("DropoutGrad", ["dy", "mask", "ratio"], ["dx"], domain=MS)], grad_feeds, ["dx"])
+        np.testing.assert_allclose(dx, theirs(grad, grad_feeds)[0], rtol=2 ** -23, atol=0)
+        masks.append(mask)
+    assert (masks[0] != masks[1]).any()
