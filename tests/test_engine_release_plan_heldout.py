@@ -415,10 +415,6 @@ def test_a_session_with_a_device_ep_and_memcpy_nodes_matches_ort(pretend_device,
 # onnx's backend node cases whose graph holds a subgraph (If, Loop, Scan, SequenceMap)
 # ----------------------------------------------------------------------------------------------
 SUBGRAPH_OPS = {"If", "Loop", "Scan", "SequenceMap"}
-CONSTANT_SHARING_BUG = (
-    "engine bug outside the release plan: ortlab/transformers/constant_sharing.py replaces a shared initializer's "
-    "uses with graph.replace_all_uses, which does not reach a subgraph's reads of it, and removes it; at levels "
-    ">= 1 the If branch then reads a value of another type and the session is refused (InvalidGraph)")
 
 
 def _backend():
@@ -466,8 +462,7 @@ def _subgraph_case_params():
         rule = backend._rule(name, model, case_dir)
         if rule is not None and rule != backend.RULES["sequence_feed"]:
             continue
-        marks = [pytest.mark.xfail(strict=True, reason=CONSTANT_SHARING_BUG)] if "affine_grid" in name else []
-        params.append(pytest.param(case_dir, id=name[len("test_"):], marks=marks))
+        params.append(pytest.param(case_dir, id=name[len("test_"):]))
     return params
 
 
@@ -493,3 +488,30 @@ def test_backend_subgraph_case_matches_ort_under_every_option(case_dir):
             assert sess.last_run.peak_bytes >= 0
             for name, o, e in zip(names, expected, got):
                 backend.assert_same(o, e, f"{combo_id(options)} output {name!r}")
+
+
+def subgraph_reads_a_shared_constant():
+    """Two equal one-element initializers: `c1` read in the graph, `c2` read in the graph and by an If
+    branch, `c3` by the branch only."""
+    n = helper.make_node
+    then_g = _branch("then", n("Add", ["x", "c2"], ["t0"]), "t0", [4])
+    then_g.node.append(n("Mul", ["t0", "c3"], ["t"]))
+    then_g.output[0].name = "t"
+    else_g = _branch("else", n("Neg", ["x"], ["e"]), "e", [4])
+    consts = [numpy_helper.from_array(np.array([2.0], np.float32), name) for name in ("c1", "c2", "c3")]
+    return _model([n("Add", ["x", "c1"], ["a"]), n("Mul", ["a", "c2"], ["b"]),
+                   n("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g), n("Add", ["y", "b"], ["z"])],
+                  [("x", F, [4]), ("c", TensorProto.BOOL, [])], [("z", F, [4])], consts), \
+        {"x": np.arange(4, dtype=np.float32), "c": np.array(True)}
+
+
+@pytest.mark.parametrize("level", [1, 99])
+def test_constants_a_subgraph_reads_survive_the_transformers(level):
+    """An initializer only a subgraph reads is used (ORT's CleanUnusedInitializersAndNodeArgs counts implicit
+    inputs), and ConstantSharing leaves one a subgraph reads alone (constant_sharing.cc). The cleaner
+    dropped it and the session was refused ('InvalidGraph ... ConstantSharing left a graph that does not
+    resolve'), as onnx's AffineGrid expanded cases were at levels >= 1."""
+    model, feeds = subgraph_reads_a_shared_constant()
+    sess = InferenceSession(model.SerializeToString(), SessionOptions(graph_optimization_level=level))
+    assert_plan_safe(sess)
+    assert_same(ort_outputs(model, feeds), sess.run(None, feeds))

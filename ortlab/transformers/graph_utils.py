@@ -154,9 +154,11 @@ def unique_value_name(graph, base):
 
 
 def remove_unused_initializers(graph):
-    """Drop initializers nothing reads (Graph::CleanUnusedInitializersAndNodeArgs); returns their names."""
-    unused = [n for n in graph.initializers
-              if not graph.consumers(n) and n not in graph.outputs and n not in graph.inputs]
+    """Drop initializers nothing reads, a subgraph's outer-scope reads included
+    (Graph::CleanUnusedInitializersAndNodeArgs); returns their names."""
+    read_by_subgraphs = {name for node in graph.nodes() for name in node.implicit_input_names()}
+    unused = [n for n in graph.initializers if not graph.consumers(n) and n not in read_by_subgraphs
+              and n not in graph.outputs and n not in graph.inputs]
     for name in unused:
         graph.remove_initializer(name)
     return unused
