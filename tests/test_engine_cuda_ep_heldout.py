@@ -551,3 +551,28 @@ def test_dropout_then_dropout_grad_agree_on_the_mask_and_equal_ort_given_that_ma
         np.testing.assert_allclose(dx, theirs(grad, grad_feeds)[0], rtol=2 ** -23, atol=0)
         masks.append(mask)
     assert (masks[0] != masks[1]).any()
+
+
+def test_training_tinygpt_with_the_cuda_ep_gives_pytorchs_losses():
+    """Six SGD steps of the zoo's GPT through MiniORTModule on ortlab's engine with the CUDA EP first (its backward
+    graph's GatherGrad, DropoutGrad, ReduceSum and SoftmaxCrossEntropyLossGrad on the CUDA EP): PyTorch's losses."""
+    import copy
+
+    import torch
+
+    from ortlab import models
+    from ortlab.training import SGD, MiniORTModule, train
+
+    torch.manual_seed(0)
+    module = models.get("gpt", dropout=0.0)
+    batches = [module.example_inputs(batch=2, seq=6, seed=s) for s in range(2)]
+    reference = copy.deepcopy(module)
+    want = train(reference, batches, torch.optim.SGD(reference.parameters(), lr=0.05), 6, progress=False,
+                 skip_non_finite=False).losses
+    ours = MiniORTModule(copy.deepcopy(module), gradient_builder="ortlab", runtime="ortlab", level="basic",
+                         providers=[CUDA, CPU])
+    got = train(ours, batches, SGD(ours.parameters(), lr=0.05), 6, progress=False, skip_non_finite=False).losses
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    backward = ours._training_manager().backward_session
+    on_cuda = {s.node.op_type for s in backward.state.steps if s.provider.type == CUDA}
+    assert {"GatherGrad", "SoftmaxCrossEntropyLossGrad"} <= on_cuda
