@@ -576,3 +576,24 @@ def test_training_tinygpt_with_the_cuda_ep_gives_pytorchs_losses():
     backward = ours._training_manager().backward_session
     on_cuda = {s.node.op_type for s in backward.state.steps if s.provider.type == CUDA}
     assert {"GatherGrad", "SoftmaxCrossEntropyLossGrad"} <= on_cuda
+
+
+@pytest.mark.parametrize("device_ep", [CUDA, TRITON])
+def test_a_device_bound_output_of_a_new_shape_from_the_cpu_ep_is_refused_not_broadcast(device_ep):
+    """Run 1 leaves y's [6, 10] buffer in the binding (bound to 'cuda' without a buffer); run 2's y is [1, 10], made
+    on the CPU EP and copied into that buffer after the run. ORT's copy fails 'Tensor size mismatch'
+    (core/framework/data_transfer_manager.cc); the Triton EP's torch copy_ broadcast the row into all six and
+    returned a [6, 10] y."""
+    feeds = {"x": f32(6, 10)}
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], feeds, ["y"])
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    sess = session(model, (device_ep, CPU))
+    assert placed(sess) == {"Relu": CPU}
+    binding = sess.io_binding()
+    binding.bind_output("y", "cuda")
+    binding.bind_cpu_input("x", feeds["x"])
+    sess.run_with_iobinding(binding)
+    np.testing.assert_array_equal(binding.copy_outputs_to_cpu()[0], np.maximum(feeds["x"], 0))
+    binding.bind_cpu_input("x", feeds["x"][:1].copy())
+    with pytest.raises(OrtlabError, match="Tensor size mismatch"):
+        sess.run_with_iobinding(binding)

@@ -25,7 +25,8 @@ import numpy as np
 from ortlab.cuda import op_kernels
 from ortlab.cuda.launcher import CPU_RUNNER, CpuLauncher
 from ortlab.engine.errors import EngineError
-from ortlab.engine.execution_provider import ExecutionProvider, OrtDevice, register_execution_provider
+from ortlab.engine.execution_provider import (ExecutionProvider, OrtDevice, check_copy_shape,
+                                              register_execution_provider)
 from ortlab.engine.kernel_registry import KernelCreateInfo, register_op_kernel
 from ortlab.engine.op_kernel import OpKernel
 from ortlab.ops.kernel_def import KernelDef
@@ -136,6 +137,7 @@ class CUDAExecutionProvider(ExecutionProvider):
 
     def copy_into(self, buffer, value):
         if hasattr(buffer, "detach"):
+            check_copy_shape(buffer, value)  # torch's copy_ would broadcast
             buffer.copy_(value if hasattr(value, "detach") else _torch_of(value))
         else:
             super().copy_into(buffer, _host(value))

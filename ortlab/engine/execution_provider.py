@@ -18,6 +18,15 @@ EXECUTION_PROVIDERS = Registry("execution provider", op_keys=False, duplicates="
                                hint="Add one with @register_execution_provider on an ExecutionProvider subclass.")
 
 
+def check_copy_shape(buffer, value):
+    """EngineError unless value has buffer's shape: a copy never broadcasts (ORT: DataTransferManager::CopyTensor,
+    core/framework/data_transfer_manager.cc, fails 'Tensor size mismatch' on another size)."""
+    if tuple(np.shape(value)) != tuple(buffer.shape):
+        raise EngineError(f"Tensor size mismatch: a value of shape {tuple(np.shape(value))} does not fit the buffer "
+                          f"of shape {tuple(buffer.shape)} it is to be copied into (a bound output?); bind a buffer "
+                          "of the output's shape, or bind_output(name) and let the run allocate it")
+
+
 @dataclass(frozen=True)
 class OrtDevice:
     """Where an EP's tensors live (include/onnxruntime/core/framework/ortdevice.h): a device type
@@ -84,12 +93,8 @@ class ExecutionProvider:
         return np.empty(shape, dtype)
 
     def copy_into(self, buffer, value):
-        """buffer[...] = value, of one shape and dtype (ORT: DataTransferManager::CopyTensor,
-        core/framework/data_transfer_manager.cc, which fails 'Tensor size mismatch' on another size)."""
-        if tuple(np.shape(value)) != tuple(buffer.shape):
-            raise EngineError(f"Tensor size mismatch: a value of shape {tuple(np.shape(value))} does not fit the "
-                              f"buffer of shape {tuple(buffer.shape)} it is to be copied into (a bound output?); "
-                              "bind a buffer of the output's shape, or bind_output(name) and let the run allocate it")
+        """buffer[...] = value, of one shape and dtype (ORT: DataTransferManager::CopyTensor)."""
+        check_copy_shape(buffer, value)
         np.copyto(buffer, value, casting="no")
 
     def from_host(self, array):

@@ -9,7 +9,8 @@ so that partitioning and memcpy insertion behave exactly as on a GPU.
 import numpy as np
 
 from ortlab.engine.cuda_execution_provider import CPU_INPUTS  # ORT's CUDA kernels' host inputs (it registers that EP)
-from ortlab.engine.execution_provider import ExecutionProvider, OrtDevice, register_execution_provider
+from ortlab.engine.execution_provider import (ExecutionProvider, OrtDevice, check_copy_shape,
+                                              register_execution_provider)
 from ortlab.ops.kernel_def import KernelDef
 from ortlab.engine.kernel_registry import KernelCreateInfo, register_op_kernel
 from ortlab.engine.op_kernel import OpKernel
@@ -70,6 +71,7 @@ class TritonExecutionProvider(ExecutionProvider):
         return torch.empty(shape, dtype=_torch_dtype(dtype), device=_device())
 
     def copy_into(self, buffer, value):
+        check_copy_shape(buffer, value)  # torch's copy_ would broadcast
         if not hasattr(value, "device"):  # a host array; a kernel's input is read-only, which torch warns about
             value = _torch().from_numpy(np.array(value) if not value.flags.writeable else np.ascontiguousarray(value))
         buffer.copy_(value)
