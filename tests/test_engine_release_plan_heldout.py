@@ -515,3 +515,40 @@ def test_constants_a_subgraph_reads_survive_the_transformers(level):
     sess = InferenceSession(model.SerializeToString(), SessionOptions(graph_optimization_level=level))
     assert_plan_safe(sess)
     assert_same(ort_outputs(model, feeds), sess.run(None, feeds))
+
+
+def _branch_reads(nodes, read, initializers=()):
+    """`nodes` (the last writes `last`), then an If whose branches read `read` from the graph around them."""
+    n = helper.make_node
+    then_g = _branch("then", n("Neg", [read], ["t"]), "t", [4, 8])
+    else_g = _branch("else", n("Abs", [read], ["e"]), "e", [4, 8])
+    branch = n("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)
+    return _model(nodes + [branch, n("Add", ["y", "last"], ["z"])],
+                  [("x", F, [4, 8]), ("c", TensorProto.BOOL, [])], [("z", F, [4, 8])], list(initializers))
+
+
+def fusable_values_a_subgraph_reads():
+    n, const = helper.make_node, numpy_helper.from_array
+    w, b = const(_x(8, 8, seed=5), "W"), const(_x(8, seed=6), "B")
+    gelu = [const(np.array(1.4142135, np.float32), "sq2"), const(np.array(1.0, np.float32), "one"),
+            const(np.array(0.5, np.float32), "half")]
+    return {
+        "identity": _branch_reads([n("Identity", ["x"], ["i"]), n("Relu", ["i"], ["last"])], "i"),
+        "identity_read_only_there": _branch_reads([n("Identity", ["x"], ["i"]), n("Relu", ["x"], ["last"])], "i"),
+        "matmul_add": _branch_reads([n("MatMul", ["x", "W"], ["mm"]), n("Add", ["mm", "B"], ["last"])], "mm", [w, b]),
+        "gelu": _branch_reads([n("Div", ["x", "sq2"], ["d"]), n("Erf", ["d"], ["er"]), n("Add", ["er", "one"], ["ad"]),
+                               n("Mul", ["x", "ad"], ["mu"]), n("Mul", ["mu", "half"], ["last"])], "er", gelu),
+    }
+
+
+@pytest.mark.parametrize("name", ["identity", "identity_read_only_there", "matmul_add", "gelu"])
+@pytest.mark.parametrize("level", [1, 99])
+def test_a_value_a_subgraph_reads_is_not_fused_or_bypassed_away(name, level):
+    """A value an If branch reads counts as used (ORT: an implicit input is an edge of its producer), so no
+    fusion swallows it and no Identity elimination renames it away. The transformers removed it and the
+    session was refused (InvalidGraph: '... left a graph that does not resolve')."""
+    model = fusable_values_a_subgraph_reads()[name]
+    feeds = {"x": _x(4, 8), "c": np.array(True)}
+    sess = InferenceSession(model.SerializeToString(), SessionOptions(graph_optimization_level=level))
+    assert_plan_safe(sess)
+    assert_same(ort_outputs(model, feeds), sess.run(None, feeds))

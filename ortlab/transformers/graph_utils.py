@@ -81,8 +81,15 @@ def is_float(graph, name):
 
 
 def uses(graph, name):
-    """How many times `name` is read: each consumer input slot, plus one if it is a graph output."""
-    return sum(c.input_names.count(name) for c in graph.consumers(name)) + graph.outputs.count(name)
+    """How many times `name` is read: each consumer input slot, each node whose subgraphs read it (ORT: an
+    implicit input's edge), plus one if it is a graph output."""
+    return sum(c.input_names.count(name) for c in graph.consumers(name)) + graph.outputs.count(name) + \
+        subgraph_readers(graph, name)
+
+
+def subgraph_readers(graph, name):
+    """How many nodes read `name` from inside a subgraph (If, Loop, Scan: Node::ImplicitInputDefs)."""
+    return sum(name in node.implicit_input_names() for node in graph.nodes())
 
 
 def single_consumer(graph, name):
@@ -113,6 +120,8 @@ def bypass_reason(graph, node, keep=0):
     if any(uses(graph, o.name) for o in node.outputs[1:] if o.exists()):
         return "one of its extra outputs is used"
     inp, out = node.input_names[keep], node.output_names[0]
+    if subgraph_readers(graph, out):
+        return "a subgraph reads its output"
     if out in graph.outputs:
         producer = graph.producer(inp)
         if producer is None:
