@@ -552,3 +552,25 @@ def test_a_value_a_subgraph_reads_is_not_fused_or_bypassed_away(name, level):
     sess = InferenceSession(model.SerializeToString(), SessionOptions(graph_optimization_level=level))
     assert_plan_safe(sess)
     assert_same(ort_outputs(model, feeds), sess.run(None, feeds))
+
+
+@pytest.mark.parametrize("read", ["back", "there"])
+@pytest.mark.parametrize("level", [0, 1, 99])
+def test_a_cast_pair_a_subgraph_reads_is_kept(read, level):
+    """x -> Cast(double) 'there' -> Cast(float) 'back': RemoveDuplicateCastTransformer (insert_cast_transformer.cc,
+    run at every level) removes the pair, yet an If branch reads `read`, which must stay. The branch read a
+    removed value (KernelFailure in the If). Reading 'there', the outputs are ORT's; reading 'back', ORT 1.19.2
+    itself fails ('Missing Input: back'), so numpy gives them: Cast to double and back is exact."""
+    n = helper.make_node
+    then_g = helper.make_graph([n("Cast", [read], ["t"], to=TensorProto.FLOAT)], "then", [],
+                               [helper.make_tensor_value_info("t", F, [4, 8])])
+    else_g = helper.make_graph([n("Neg", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", F, [4, 8])])
+    model = _model([n("Cast", ["x"], ["there"], to=TensorProto.DOUBLE), n("Cast", ["there"], ["back"], to=F),
+                    n("Relu", ["back"], ["r"]), n("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+                    n("Add", ["y", "r"], ["z"])],
+                   [("x", F, [4, 8]), ("c", TensorProto.BOOL, [])], [("z", F, [4, 8])])
+    feeds = {"x": _x(4, 8), "c": np.array(True)}
+    sess = InferenceSession(model.SerializeToString(), SessionOptions(graph_optimization_level=level))
+    assert_plan_safe(sess)
+    expected = ort_outputs(model, feeds) if read == "there" else [feeds["x"] + np.maximum(feeds["x"], 0)]
+    assert_same(expected, sess.run(None, feeds))

@@ -94,8 +94,10 @@ def remove_duplicate_casts(graph, types=None):
     Casts' names. A Cast's Cast children that cast back to its input type (and are not graph outputs)
     are removed, their readers reading the first Cast's input; the first Cast goes too when every one of
     its output edges went to a Cast. Not for non-numeric casts, nor when a lossy Cast (float -> int, int
-    -> bool) is followed by a widening one. types: {value name: TypeProto} (default: the node args')."""
+    -> bool) is followed by a widening one, nor a Cast whose output a subgraph reads (an implicit input's
+    edge is no Cast's). types: {value name: TypeProto} (default: the node args')."""
     removed = []
+    read_by_subgraphs = {name for node in graph.nodes() for name in node.implicit_input_names()}
     for node in list(graph.nodes()):
         if not graph.has_node(node) or not _is_cast(node):
             continue
@@ -110,7 +112,8 @@ def remove_duplicate_casts(graph, types=None):
             if group_in is None or group_out is None or (src_group > dst_group and group_out > group_in):
                 inconsistent = True
                 break
-            fits = child.outputs[0].name not in graph.outputs and src == dst1 and src1 == dst
+            fits = child.outputs[0].name not in graph.outputs and child.outputs[0].name not in read_by_subgraphs \
+                and src == dst1 and src1 == dst
             (drop if fits else keep).append(child)
         if inconsistent:
             continue
@@ -118,7 +121,7 @@ def remove_duplicate_casts(graph, types=None):
             graph.replace_all_uses(child.outputs[0].name, inp)
             removed.append(child.name)
             graph.remove_node(child)
-        if edges and len(drop) + len(keep) == len(edges) and out not in graph.outputs:
+        if edges and len(drop) + len(keep) == len(edges) and out not in graph.outputs and out not in read_by_subgraphs:
             graph.replace_all_uses(out, inp)
             removed.append(node.name)
             graph.remove_node(node)
