@@ -37,12 +37,35 @@ def _run_params(opsets):
             "existing_functions": {}, "evaluator_cls": ReferenceEvaluator}
 
 
+# (op_type, first opset, last opset) -> an OpRun class computing ORT's answer where onnx.reference's
+# differs, for an ai.onnx op at those opsets only; the node keeps ORT's CPU KernelDef for its opset
+# (ortlab.ops.kernel_declarations), as a kernel from register_op_kernel, fixed for every opset, would not.
+REFERENCE_OVERRIDES = {}
+
+
+def override_reference_op(op_type, first, last):
+    """Decorator: an OpRun class replaces onnx.reference's for ai.onnx `op_type` at opsets first..last."""
+    def add(op_class):
+        REFERENCE_OVERRIDES[(op_type, first, last)] = op_class
+        return op_class
+    return add
+
+
+def _override(node, opsets):
+    """The override registered for `node`'s op at its opset, or None."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    version = opsets.get("", opsets.get("ai.onnx", 0))
+    return next((cls for (op, first, last), cls in REFERENCE_OVERRIDES.items()
+                 if op == node.op_type and first <= version <= last), None)
+
+
 def reference_op_class(node, opsets, input_types=None):
-    """The OpRun class onnx.reference would run for `node`, or None when it has none."""
+    """The OpRun class onnx.reference would run for `node` (or ORT's answer, where overridden), or None."""
     from onnx.reference.ops import load_op
     from ortlab.ops.contrib_ops import CONTRIB_OPS
 
-    found = CONTRIB_OPS.get(op_key(node.op_type, node.domain))
+    found = CONTRIB_OPS.get(op_key(node.op_type, node.domain)) or _override(node, opsets)
     if found is not None:
         return found
     if node.domain == "ai.onnx.ml":

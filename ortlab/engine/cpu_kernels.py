@@ -15,10 +15,13 @@ from onnx import _custom_element_types as custom
 from onnx.reference.ops.op_loop import Loop as ReferenceLoop
 from onnx.reference.ops.op_scan import Scan as ReferenceScan
 from onnx.reference.ops.op_sequence_map import SequenceMap as ReferenceSequenceMap
+from onnx.reference.op_run import OpRun
 from onnx.reference.ops.op_scatter_elements import scatter_elements
 
-from ortlab.engine.cpu_execution_provider import ReferenceKernel
+from ortlab.engine.cpu_execution_provider import ReferenceKernel, override_reference_op
 from ortlab.engine.kernel_registry import CPU, register_op_kernel
+from ortlab.engine.errors import KernelFailure
+from ortlab.ops.loss_shapes import softmax_cross_entropy_label_problem, softmax_cross_entropy_shape_problem
 from ortlab.ops.reference import label_weights
 
 FNUZ_TYPES = (TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2FNUZ)
@@ -305,6 +308,31 @@ class OrtSTFT(ReferenceKernel):
         return np.stack([out_re, out_im], -1)
 
 
+# --- Dropout, opsets 7 to 11 ------------------------------------------------------------------
+class IdentityDropout(OpRun):
+    """Dropout 7 to 11 in inference as ORT runs it: y = x and a mask of all False (0 in T before opset
+    10, bool from 10); onnx.reference gives a mask of all True, as ORT does from opset 12. Those
+    opsets leave the test-mode mask open (the Dropout-7/10 docs say only that Y copies X in test mode).
+    ORT: onnxruntime/core/providers/cpu/tensor/identity_op.h (IdentityOp<true> zeroes the mask)."""
+
+    mask_dtype = None  # None: the input's type T (opsets 7 to 9)
+
+    def _run(self, data, *unused_inputs, **unused_attributes):  # ratio and the like: no effect in inference
+        if len(self.onnx_node.output) < 2 or not self.onnx_node.output[1]:
+            return (data.copy(),)
+        return data.copy(), np.zeros(data.shape, self.mask_dtype or data.dtype)
+
+
+override_reference_op("Dropout", 7, 9)(IdentityDropout)
+
+
+@override_reference_op("Dropout", 10, 11)
+class IdentityDropout10(IdentityDropout):
+    """Dropout 10 and 11 in inference as ORT runs them: y = x, a bool mask of all False."""
+
+    mask_dtype = np.bool_
+
+
 # --- SoftmaxCrossEntropyLoss ------------------------------------------------------------------
 def eigen_sum(values, packet=4):
     """Eigen's vectorized sum of a float32 vector (ORT's math::Sum): two SSE accumulators of 4
@@ -363,11 +391,16 @@ class OrtSoftmaxCrossEntropyLoss(ReferenceKernel):
     of the ai.onnx op) and cross_entropy.cc (ComputeShareSoftmaxCrossEntropyCPU)."""
 
     def compute(self, ctx):
-        scores = ctx.input(0)
+        scores, labels, weights, ignore = (ctx.input(i) for i in range(4))
+        ignore_index = int(ignore) if ignore is not None else self.info.attribute("ignore_index", -1)
+        problem = (softmax_cross_entropy_shape_problem(scores.shape, labels.shape,
+                                                       None if weights is None else weights.shape)
+                   or softmax_cross_entropy_label_problem(labels, scores.shape[1],
+                                                          None if weights is None else weights.size, ignore_index))
+        if problem:
+            raise KernelFailure(problem)
         if scores.dtype != np.float32:
             return super().compute(ctx)
-        ignore = ctx.input(3)
-        ignore_index = int(ignore) if ignore is not None else self.info.attribute("ignore_index", -1)
         loss, log_prob = ort_softmax_cross_entropy(scores, ctx.input(1), ctx.input(2),
                                                    self.info.attribute("reduction", "mean"), ignore_index)
         return loss, log_prob

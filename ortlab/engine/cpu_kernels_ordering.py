@@ -54,6 +54,9 @@ ORT_VS_SPEC = [
      "saturates; NaN gives the type's minimum (MLAS AVX-512 / SSE vectors; the SSE scalar tail would "
      "give 0)",
      "core/mlas/lib/quantize.cpp"),
+    ("Dropout", "opsets 7 to 11, inference (no training): the mask output", "not specified (the docs say only that Y "
+     "copies X in test mode); opset 12 on: all True", "all False (0 in T before opset 10); all True from opset 12",
+     "core/providers/cpu/tensor/identity_op.h (IdentityOp<true>)"),
     ("ReduceMean", "an empty reduced set", "not specified (numpy: NaN)", "0",
      "core/providers/cpu/reduction/reduction_ops.h"),
     ("Div, Mod", "integers divided by 0, or the type's minimum by -1", "undefined",

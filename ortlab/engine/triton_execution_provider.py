@@ -112,7 +112,14 @@ class TritonKernel(OpKernel):
                 for v in ctx.inputs()]
         while args and args[-1] is None:
             args.pop()
+        # count, types, ranks and shapes, as ortlab.kernels.executor.run checks them
+        self.kernel.validate([_host_values(a) for a in args])
         return self.kernel.compute(*args)
+
+
+def _host_values(tensor):
+    """A torch tensor's values as a numpy array for a Kernel's checks (a copy to host when it is on the GPU)."""
+    return None if tensor is None else tensor.detach().cpu().numpy()
 
 
 # --- the copies between host and device (ORT: onnxruntime/core/providers/cuda/cuda_execution_provider.cc

@@ -21,6 +21,7 @@ from onnx.reference.op_run import OpRun
 from ortlab.errors import OrtlabError
 from ortlab.onnx_defs import MS_DOMAIN
 from ortlab.ops import reference as ref
+from ortlab.ops.loss_shapes import softmax_cross_entropy_label_problem, softmax_cross_entropy_shape_problem
 from ortlab.registry import Registry
 
 # (op type, domain) -> OpRun class: what onnx.reference runs for ORT's own ops (com.microsoft, and the
@@ -359,6 +360,12 @@ class SoftmaxCrossEntropyLossGrad(ContribOp):
     def _run(self, dy, log_prob, label, weight=None, reduction="mean", ignore_index=-1):
         if reduction not in ("mean", "sum", "none"):
             self.refuse(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+        weight_shape, name = None if weight is None else weight.shape, "input 2 'label'"
+        problem = (softmax_cross_entropy_shape_problem(log_prob.shape, label.shape, weight_shape, name)
+                   or softmax_cross_entropy_label_problem(label, log_prob.shape[1],
+                                                          None if weight is None else weight.size, ignore_index, name))
+        if problem:
+            self.refuse(problem)
         return (ref.softmax_cross_entropy_grad_ort(dy, log_prob, label, weight, reduction, ignore_index),)
 
 

@@ -19,6 +19,7 @@ from ortlab.onnx_defs import MS_DOMAIN
 from ortlab.kernels.executor import block_size, launch
 from ortlab.kernels.kernel_def import INDEX, Arg, Kernel
 from ortlab.kernels.ops.reduce_sum import row_sum
+from ortlab.ops.loss_shapes import softmax_cross_entropy_label_problem, softmax_cross_entropy_shape_problem
 from ortlab.ops.reference import (softmax_cross_entropy_grad_reference,
                                           softmax_cross_entropy_reference)
 from ortlab.ops.rows import as_rows, from_rows
@@ -85,17 +86,17 @@ class _SceBase(Kernel):
     def ignore(self):
         return NO_IGNORE if self.ignore_index is None else int(self.ignore_index)
 
-    def check_labels(self, n_classes, labels, weights, label_input=1):
+    def check_labels(self, logits, labels, weights, label_name="input 1 'labels'"):
+        """ORT's shape checks and ortlab's label range check (ortlab.ops.loss_shapes), one for every EP."""
         self.expect(self.reduction in REDUCTIONS,
                     f"reduction must be one of {REDUCTIONS}, got {self.reduction!r}")
-        labels = np.asarray(labels)
-        bad = (labels != self.ignore()) & ((labels < 0) | (labels >= n_classes))
-        self.expect(not bad.any(), f"input {label_input} 'labels' holds "
-                    f"{labels[bad][:3].tolist()} outside [0, {n_classes}) "
-                    f"(and not ignore_index={self.ignore_index})")
-        self.expect(weights is None or weights.shape == (n_classes,),
-                    f"weights must have shape ({n_classes},), got "
-                    f"{None if weights is None else weights.shape}")
+        weight_shape = None if weights is None else tuple(weights.shape)
+        problem = (softmax_cross_entropy_shape_problem(tuple(logits.shape), tuple(labels.shape), weight_shape,
+                                                       label_name)
+                   or softmax_cross_entropy_label_problem(np.asarray(labels), logits.shape[1],
+                                                          None if weights is None else weight_shape[0],
+                                                          self.ignore_index, label_name))
+        self.expect(problem is None, problem)
 
     def weights_or_ones(self, weights, n_classes, like):
         if weights is not None:
@@ -109,15 +110,12 @@ class SoftmaxCrossEntropyLoss(_SceBase):
 
     op_type = "SoftmaxCrossEntropyLoss"
     inputs = (Arg("scores", ranks=tuple(range(2, 9))), Arg("labels", INDEX),
-              Arg("weights", optional=True, ranks=(1,)))
+              Arg("weights", optional=True))  # rank: check_labels, in ORT's words
     outputs = (Arg("output"), Arg("log_prob", optional=True))
     mirrors = "orttraining/orttraining/training_ops/cuda/loss/softmax_cross_entropy_loss_impl.cc"
 
     def check_shapes(self, scores, labels, weights):
-        expected = (scores.shape[0],) + scores.shape[2:]
-        self.expect(labels.shape == expected, f"input 1 'labels' must have shape {expected} "
-                    f"(scores without the class axis 1), got {labels.shape}")
-        self.check_labels(scores.shape[1], labels, weights)
+        self.check_labels(scores, labels, weights)
 
     @classmethod
     def example(cls, rng, rows=3, cols=37):
@@ -149,15 +147,12 @@ class SoftmaxCrossEntropyLossGrad(_SceBase):
 
     op_type, domain = "SoftmaxCrossEntropyLossGrad", MS_DOMAIN
     inputs = (Arg("dY", ranks=tuple(range(0, 8))), Arg("log_prob", ranks=tuple(range(2, 9))),
-              Arg("label", INDEX), Arg("weight", optional=True, ranks=(1,)))
+              Arg("label", INDEX), Arg("weight", optional=True))
     outputs = (Arg("d_logits"),)
     mirrors = "orttraining/orttraining/training_ops/cuda/loss/softmax_cross_entropy_loss_impl.cc"
 
     def check_shapes(self, dy, log_prob, labels, weights):
-        expected = (log_prob.shape[0],) + log_prob.shape[2:]
-        self.expect(labels.shape == expected, f"input 2 'label' must have shape {expected} "
-                    f"(log_prob without the class axis 1), got {labels.shape}")
-        self.check_labels(log_prob.shape[1], labels, weights, label_input=2)
+        self.check_labels(log_prob, labels, weights, "input 2 'label'")
         want = labels.shape if self.reduction == "none" else ()
         self.expect(dy.shape == want, f"input 0 'dY' must have shape {want} for reduction="
                     f"{self.reduction!r}, got {dy.shape}")
