@@ -6,6 +6,11 @@ Every run is compared with onnxruntime.InferenceSession on the same model (CPU E
 released, (2) no feed, weight or graph output is ever released, and (3) no output is written into a buffer
 (in place through MayInplace, or taken from the freelist) while a value living there is still read or
 fetched; an Alias output (Reshape, Squeeze, Identity) is a view of the same bytes and writes nothing.
+The models: hand-built hostile graphs (outputs also read, feeds and weights as outputs, unread and optional
+outputs, in-place and alias chains, strings, sequences), If/Loop/Scan/SequenceMap bodies reading outer values
+(also through the graph transformers, which must keep what a subgraph reads), gradient graphs, a device EP
+with Memcpy nodes, runs with other shapes, only_execute_path_to_fetches, bound outputs, and onnx's backend
+cases that hold a subgraph.
 """
 import itertools
 
