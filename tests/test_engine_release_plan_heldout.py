@@ -579,3 +579,20 @@ def test_a_cast_pair_a_subgraph_reads_is_kept(read, level):
     assert_plan_safe(sess)
     expected = ort_outputs(model, feeds) if read == "there" else [feeds["x"] + np.maximum(feeds["x"], 0)]
     assert_same(expected, sess.run(None, feeds))
+
+
+def test_the_checker_sees_an_early_release_and_a_write_over_a_live_value():
+    """plan_problems is no tautology: a release moved before a reader, a feed released, and a kReuse into a
+    buffer whose value is read later are each reported."""
+    model, _ = output_also_read()
+    sess = InferenceSession(model.SerializeToString(), SessionOptions(graph_optimization_level=0))
+    assert not plan_problems(sess)
+    state, plan = sess.state, sess.state.allocation_plan
+    steps, index = state.steps, state.index_of
+    steps[0].releases = steps[0].releases + [index["b"], index["x"]]    # b is read at step 2; x is a feed
+    found = "\n".join(plan_problems(sess))
+    assert "b read at step 2" in found and "x (a feed" in found
+    steps[0].releases = []
+    c = plan.values[index["c"]]
+    c.kind, c.reused_buffer, c.inplace = K_REUSE, index["a"], False   # c written where a (read at step 4) lives
+    assert any("written at step 2 into the buffer of a" in p for p in plan_problems(sess))
