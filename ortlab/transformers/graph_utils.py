@@ -81,8 +81,9 @@ def is_float(graph, name):
 
 
 def uses(graph, name):
-    """How many times `name` is read: each consumer input slot, each node whose subgraphs read it (ORT: an
-    implicit input's edge), plus one if it is a graph output."""
+    """How many times `name` is read: each consumer slot, each subgraph reader, one more for a graph output.
+
+    A node whose subgraphs (If, Loop, Scan) read `name` counts once: ORT gives an implicit input an edge too."""
     return sum(c.input_names.count(name) for c in graph.consumers(name)) + graph.outputs.count(name) + \
         subgraph_readers(graph, name)
 
@@ -163,8 +164,9 @@ def unique_value_name(graph, base):
 
 
 def remove_unused_initializers(graph):
-    """Drop initializers nothing reads, a subgraph's outer-scope reads included
-    (Graph::CleanUnusedInitializersAndNodeArgs); returns their names."""
+    """Drop initializers nothing reads (Graph::CleanUnusedInitializersAndNodeArgs); returns their names.
+
+    A read from inside a subgraph (an If branch, a Loop body) counts as a read."""
     read_by_subgraphs = {name for node in graph.nodes() for name in node.implicit_input_names()}
     unused = [n for n in graph.initializers if not graph.consumers(n) and n not in read_by_subgraphs
               and n not in graph.outputs and n not in graph.inputs]
