@@ -114,3 +114,89 @@ def test_dropout_inference_mask_equals_ort(opset, outputs):
     for name in want:
         assert got[name].dtype == want[name].dtype, name
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+_CHILD = """
+import sys
+import numpy as np
+import onnx
+import onnxruntime as ort
+model = onnx.ModelProto.FromString(bytes.fromhex(sys.argv[1]))
+feeds = {name: np.load(path) for name, path in zip(sys.argv[2::2], sys.argv[3::2])}
+ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+"""
+
+
+def ort_child_returncode(model, feeds, tmp_path):
+    """The exit code of a child process running the model in ORT (negative: the signal that killed it)."""
+    import subprocess
+    import sys
+
+    args = []
+    for name, value in feeds.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        args += [name, str(tmp_path / f"{name}.npy")]
+    child = subprocess.run([sys.executable, "-c", _CHILD, model.SerializeToString().hex(), *args],
+                           capture_output=True, text=True, timeout=120)
+    return child.returncode
+
+
+# (scores shape, label shape, the signal ORT 1.19.2 dies of, words of the engine's refusal)
+CRASH_CASES = [
+    ((0, 7), (0,), "SIGFPE", "SIGFPE"),   # N*D = 0: C = logits' size / 0 (GetNDCFromLogitAndLabelShape)
+    ((7,), (), "SIGABRT", "rank >= 2"),  # label_shape[0] of a scalar: ORT's process aborts
+]
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["loss", "grad"])
+@pytest.mark.parametrize("scores_shape,label_shape,signal_name,words", CRASH_CASES)
+def test_softmax_cross_entropy_inputs_that_kill_ort_are_refused(grad, scores_shape, label_shape, signal_name, words,
+                                                                 tmp_path):
+    import signal
+
+    scores, labels = np.zeros(scores_shape, np.float32), np.zeros(label_shape, np.int64)
+    label_type, scores_type = (I64, [None] * labels.ndim), (F, [None] * scores.ndim)
+    if grad:
+        model = one_node_model("SoftmaxCrossEntropyLossGrad", [(F, []), scores_type, label_type],
+                               {"reduction": "mean"}, domain=MS_DOMAIN, opset=13)
+        feeds = {"x0": np.array(1.0, np.float32), "x1": scores, "x2": labels}
+    else:
+        model = one_node_model("SoftmaxCrossEntropyLoss", [scores_type, label_type], {"reduction": "mean"},
+                               opset=13, outputs=2)
+        feeds = {"x0": scores, "x1": labels}
+    assert ort_child_returncode(model, feeds, tmp_path) == -getattr(signal, signal_name)
+    for providers in PROVIDERS:
+        with pytest.raises(KernelFailure, match=words.replace("(", r"\(").replace(")", r"\)")):
+            engine_run(model, feeds, providers)
+
+
+# (labels, number of weights or None): ORT answers, and reads no buffer past its end
+VALUE_CASES = [
+    ([0, 1, 2, 5], 6),      # fewer weights than classes: ORT checks only that weights are 1-D
+    ([0, -1, 2, 3], None),  # -1: ORT's default ignore_index when the node sets none
+    ([0, -1, 2, 6], 8),     # more weights than classes
+]
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["loss", "grad"])
+@pytest.mark.parametrize("labels,n_weights", VALUE_CASES)
+@pytest.mark.parametrize("providers", PROVIDERS, ids=["cpu", "triton"])
+def test_softmax_cross_entropy_labels_and_weights_ort_accepts(grad, labels, n_weights, providers):
+    weight_rank = None if n_weights is None else 1
+    model = sce_grad_model(1, weight_rank) if grad else sce_model(1, weight_rank)
+    feeds = sce_feeds((4,), None if n_weights is None else (n_weights,), grad)
+    feeds["x2" if grad else "x1"] = np.array(labels, np.int64)
+    want = session.run_model(model, feeds)
+    got = engine_run(model, feeds, providers)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("providers", PROVIDERS, ids=["cpu", "triton"])
+def test_softmax_cross_entropy_label_past_the_weights_is_refused(providers):
+    """Six weights for seven classes and a label 6: ORT reads weights[6], past their end; the engine refuses."""
+    model = sce_model(1, 1)
+    feeds = sce_feeds((4,), (6,))
+    feeds["x1"] = np.array([0, 1, 2, 6], np.int64)
+    with pytest.raises(KernelFailure, match=r"outside \[0, 6\)"):
+        engine_run(model, feeds, providers)

@@ -5,7 +5,8 @@ orttraining/training_ops/cpu/loss/softmax_cross_entropy_loss.cc, VerifyLogitWeig
 CUDA kernel calls the same function). The messages start with ORT's own words. ORT does not check the
 label values: a label outside [0, C) (and not ignore_index), or past the end of the weights, makes it
 read past a buffer, so ortlab refuses it. Shapes are plain tuples of ints, values host arrays: one
-check for the CPU kernels (numpy) and the Triton kernels (torch, on any device).
+check for the CPU kernels (numpy) and the Triton kernels (torch, on any device). Labels with no element (N*D1*...*Dk
+= 0) kill ORT's process (C = logits' size / 0, GetNDCFromLogitAndLabelShape): refused too.
 """
 import numpy as np
 
@@ -23,7 +24,9 @@ def softmax_cross_entropy_shape_problem(logit_shape, label_shape, weight_shape=N
     words = ("logit_shape must be (1 + label_shape)" if len(logit) != len(label) + 1
              else "The shape of logit and label does not match" if label != want else None)
     if words is None:
-        return None
+        return None if all(label) else (
+            f"{label_name} {label} holds no label: ORT 1.19.2 divides the logits' size by the label count (0) "
+            f"and its process dies (SIGFPE); pass at least one row")
     return (f"{words} (logits {logit}, labels {label}): {label_name} must have shape {want}, the logits' "
             f"shape without the class axis 1; pass one class index per logit row")
 
