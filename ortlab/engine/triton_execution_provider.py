@@ -113,13 +113,29 @@ class TritonKernel(OpKernel):
         while args and args[-1] is None:
             args.pop()
         # count, types, ranks and shapes, as ortlab.kernels.executor.run checks them
-        self.kernel.validate([_host_values(a) for a in args])
+        self.kernel.validate([check_view(a) for a in args])
         return self.kernel.compute(*args)
 
 
-def _host_values(tensor):
-    """A torch tensor's values as a numpy array for a Kernel's checks (a copy to host when it is on the GPU)."""
-    return None if tensor is None else tensor.detach().cpu().numpy()
+def check_view(tensor):
+    """What a Kernel's checks read of a torch tensor, as numpy, without copying a float tensor off the device.
+
+    The checks read the dtype and shape of every input, and the values only of the small host-side ones: integer
+    indices, labels and axes, and scalars such as Dropout's ratio. So a floating tensor of more than one element on
+    a device becomes a zero-stride numpy view of its dtype and shape: no device-to-host copy per kernel per run,
+    the cost ORT's CUDA kernels also avoid (they check shapes, not float values). Everything else is read for real
+    (free for a CPU tensor: numpy shares its memory)."""
+    if tensor is None:
+        return None
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu" and tensor.is_floating_point() and tensor.numel() > 1:
+        try:
+            dtype = np.dtype(str(tensor.dtype).removeprefix("torch."))
+        except TypeError:  # a dtype numpy lacks (bfloat16): the copy below fails as it always did
+            dtype = None
+        if dtype is not None:
+            return np.broadcast_to(np.zeros((), dtype), tuple(tensor.shape))
+    return tensor.cpu().numpy()
 
 
 # --- the copies between host and device (ORT: onnxruntime/core/providers/cuda/cuda_execution_provider.cc
