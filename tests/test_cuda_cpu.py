@@ -139,10 +139,13 @@ def test_atomics_build_a_histogram_like_bincount():
 def test_dynamic_shared_memory_is_sized_by_the_launch_and_checked():
     kernel = cpu.cpu_kernel(REVERSE, "reverse")
     y = np.arange(64, dtype=np.float32)
-    cpu.launch(kernel, 1, 64, y, shared=64 * 4)
+    cpu.launch(kernel, 1, 64, y, shared_bytes=64 * 4)
     np.testing.assert_array_equal(y, np.arange(64, dtype=np.float32)[::-1])
     with pytest.raises(OrtlabError, match=r"s\[32\] is out of bounds \(s has 32 elements\)"):
-        cpu.launch(kernel, 1, 64, y, shared=32 * 4)
+        cpu.launch(kernel, 1, 64, y, shared_bytes=32 * 4)
+    for wrong in (10**7, -4, 1.5, True):  # 227 KiB is the most a block may have on any architecture
+        with pytest.raises(OrtlabError, match=r"shared_bytes \(dynamic shared memory\) must be .* got"):
+            cpu.launch(kernel, 1, 64, y, shared_bytes=wrong)
 
 
 def test_the_same_source_compiles_for_the_gpu():

@@ -14,8 +14,8 @@ on a CPU-only machine and read what the GPU would be handed:
 
     cpu_kernel(source, name)                    the same source compiled by g++ for the CPU runner
     cpu_kernels(source, names)                  several kernels of one source, one g++ build
-    launch(kernel, grid, block, *args)          run it on numpy arrays, bounds-checked, deterministic,
-                                                in a worker process stopped after `timeout` s
+    launch(kernel, grid, block, *args,          run it on numpy arrays, bounds-checked, deterministic,
+           shared_bytes=0)                      in a worker process stopped after `timeout` s
     schedule_differences(kernel, grid, ...)     the arrays a race between two barriers changes (cpu.py)
 
 Design of the CPU runner (cpu.py, cpu_cuda.h)

@@ -261,9 +261,9 @@ def _argument(param, value):
     return np.ascontiguousarray(scalar.reshape(1)), 1
 
 
-def launch(kernel, grid, block, *args, shared=0, schedule="forward", timeout=10.0):
+def launch(kernel, grid, block, *args, shared_bytes=0, schedule="forward", timeout=10.0):
     """Run `kernel` (a CpuKernel) on grid x block threads with `args` (numpy arrays for pointer
-    parameters, written in place; numbers for the others) and `shared` bytes of dynamic shared
+    parameters, written in place; numbers for the others) and `shared_bytes` of dynamic shared
     memory, threads in `schedule` order ("forward" or "reverse") between barriers.
 
     The launch runs in a worker process (forked once, reused) on copies of the arrays, and the worker
@@ -286,10 +286,11 @@ def launch(kernel, grid, block, *args, shared=0, schedule="forward", timeout=10.
         raise OrtlabError(f"block {block} has {block[0] * block[1] * block[2]} threads; CUDA allows at most 1024")
     if len(args) != len(kernel.params):
         raise OrtlabError(f"{kernel!r} takes {len(kernel.params)} arguments, got {len(args)}")
-    if not isinstance(shared, int) or isinstance(shared, bool) or not 0 <= shared <= 227 * 1024:
-        raise OrtlabError(f"shared must be a number of bytes from 0 to 232448, got {shared!r}")
+    if not isinstance(shared_bytes, int) or isinstance(shared_bytes, bool) or not 0 <= shared_bytes <= 227 * 1024:
+        raise OrtlabError(f"shared_bytes (dynamic shared memory) must be a number of bytes from 0 to 232448 "
+                          f"(227 KiB, the most any architecture gives one block), got {shared_bytes!r}")
     held = [_argument(p, a) for p, a in zip(kernel.params, args)]
-    shape = (*map(ctypes.c_uint, grid + block), ctypes.c_int(schedule == "reverse"), ctypes.c_ulonglong(shared))
+    shape = (*map(ctypes.c_uint, grid + block), ctypes.c_int(schedule == "reverse"), ctypes.c_ulonglong(shared_bytes))
     with _LOCK:
         if timeout is None:
             failed, message = _call(kernel, [h for h, _ in held], [n for _, n in held], shape)
@@ -446,13 +447,13 @@ def stop_worker():
     _WORKER = None
 
 
-def schedule_differences(kernel, grid, block, *args, shared=0, timeout=10.0):
+def schedule_differences(kernel, grid, block, *args, shared_bytes=0, timeout=10.0):
     """Names of the array arguments whose results differ between the forward and the reverse schedule
     (each run on copies): a race between two barriers. The arguments themselves are not changed."""
     runs = []
     for schedule in ("forward", "reverse"):
         copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-        launch(kernel, grid, block, *copies, shared=shared, schedule=schedule, timeout=timeout)
+        launch(kernel, grid, block, *copies, shared_bytes=shared_bytes, schedule=schedule, timeout=timeout)
         runs.append(copies)
     return [p.name for p, a, b in zip(kernel.params, *runs)
             if p.pointer and not np.array_equal(a, b, equal_nan=True)]
