@@ -74,9 +74,10 @@ def test_a_part_past_its_budget_is_killed_and_later_parts_share_what_is_left():
                             "budget_s": 0}
 
 
-def test_the_registered_parts_fit_six_minutes_in_order():
-    assert list(PARTS) == ["device", "cuda_kernels", "triton_kernels", "runtime_api", "occupancy", "matmul"]
-    assert sum(p.budget_s for p in PARTS.values()) <= gpu_check.TOTAL_BUDGET_S == 360
+def test_the_registered_parts_fit_seven_minutes_in_order():
+    assert list(PARTS) == ["device", "cuda_kernels", "triton_kernels", "runtime_api", "occupancy", "matmul",
+                           "engine_eps"]
+    assert sum(p.budget_s for p in PARTS.values()) <= gpu_check.TOTAL_BUDGET_S == 420
 
 
 # ---- the record --------------------------------------------------------------------------------

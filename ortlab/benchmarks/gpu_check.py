@@ -1,7 +1,7 @@
 """`python -m ortlab.benchmarks.gpu_check [--out DIR]`: every GPU check of ortlab in one run, one JSON record.
 
 Made for a lent GPU machine (NVIDIA's CUDA image: torch, Triton, CuPy, cuda-bindings, nvcc; no
-onnxruntime, so nothing here imports it). Six parts, in this order, each in its own process
+onnxruntime, so nothing here imports it). Seven parts, in this order, each in its own process
 (forked before any CUDA call, killed when its time budget runs out) so that one failing, hanging
 or crashing part does not stop the others:
 
@@ -13,15 +13,19 @@ or crashing part does not stop the others:
     runtime_api     which runtime calls make the host wait, measured, beside ortlab.cuda.runtime's model
     occupancy       the driver's cuOccupancyMaxActiveBlocksPerMultiprocessor against ortlab.cuda.occupancy
     matmul          fp32, tf32 and bf16 matrix products through torch, TFLOP/s and error against fp64
+    engine_eps      ortlab's InferenceSession on small training graphs covering every op of its CUDA EP,
+                    run by the CUDA EP and by the Triton EP against the CPU EP alone: which EP ran each
+                    node, the Memcpy nodes, each output's error, the time per run (ortlab.benchmarks.gpu_engine)
 
 A part ends "ok" (its result, with any `mismatches` between the GPU and ortlab's reference or
-model), "failed" (the error's last line, and the traceback) or "skipped" (why: an import that failed,
-or `--dry-run`). The record goes to `gpu_records/<date>_<gpu>.json` (or `--out DIR`; a run that found
-no GPU writes only there); a summary is printed. `--dry-run` runs each part's CPU side (imports,
-inputs, references, models) and stops before the first device call; its record is marked `dry_run`
-and is written only where `--out` says.
+model, and what it could `not run`), "failed" (the error's last line, and the traceback) or "skipped"
+(why: an import that failed, or `--dry-run`). The record goes to `gpu_records/<date>_<gpu>.json` (or
+`--out DIR`; a run that found no GPU writes only there); a summary is printed. `--dry-run` runs each
+part's CPU side (imports, inputs, references, models) and stops before the first device call; its record
+is marked `dry_run` and is written only where `--out` says.
 """
 import argparse
+import dataclasses
 import datetime
 import json
 import multiprocessing
@@ -31,12 +35,12 @@ import time
 import traceback
 from pathlib import Path
 
-from ortlab.benchmarks import gpu_parts  # noqa: F401 - registers the six parts, in order
+from ortlab.benchmarks import gpu_parts  # noqa: F401 - registers the seven parts, in order
 from ortlab.benchmarks.gpu_registry import PARTS, Context, Skip
 
 RECORDS = Path(__file__).resolve().parents[2] / "gpu_records"
 FORMAT = 1
-TOTAL_BUDGET_S = 360.0
+TOTAL_BUDGET_S = 420.0  # the parts' budgets (gpu_parts.py says why 7 minutes)
 
 
 def _jsonable(value):
@@ -85,8 +89,9 @@ def run_part(part, context, budget_s):
         return {"status": "skipped", "reason": "no time left in the run's total budget", "budget_s": 0}
     fork = multiprocessing.get_context("fork")
     receive, send = fork.Pipe(duplex=False)
-    process = fork.Process(target=_child, args=(part, context, send))  # not daemonic: a part may fork
     start = time.monotonic()
+    context = dataclasses.replace(context, deadline=start + budget_s)
+    process = fork.Process(target=_child, args=(part, context, send))  # not daemonic: a part may fork
     process.start()
     send.close()
     answer = None

@@ -1,13 +1,22 @@
-"""The six parts of `python -m ortlab.benchmarks.gpu_check`, registered in order, with their time budgets
-(together TOTAL_BUDGET_S = 6 minutes): device facts, Triton kernels and matmul throughput here; the CUDA
-C++ parts in gpu_cuda.py, the runtime-API part in gpu_runtime.py. Every import of torch, Triton, CuPy or
-cuda-bindings happens inside a part, so that a missing package skips that part with its reason.
+"""The seven parts of `python -m ortlab.benchmarks.gpu_check`, registered in order, with their time budgets
+(together TOTAL_BUDGET_S = 7 minutes): device facts, Triton kernels and matmul throughput here; the CUDA
+C++ parts in gpu_cuda.py, the runtime-API part in gpu_runtime.py, ortlab's engine on its two device EPs in
+gpu_engine.py. Every import of torch, Triton, CuPy or cuda-bindings happens inside a part, so that a missing
+package skips that part with its reason.
+
+The engine part came last with a minute of its own (the total went from 6 to 7 minutes rather than taking
+time from parts whose budgets no GPU run has measured yet): in its own process it compiles the five .cu
+sources again (NVRTC, as the CUDA EP does on first use) and the Triton kernels its graphs need (Triton's
+disk cache may hold some from the triton_kernels part), then runs 7 graphs x 2 EPs x 6 runs of a few
+milliseconds; it stops starting sessions when less than gpu_engine.RESERVE_S of its minute is left and
+records the rest as not run.
 """
 import importlib.metadata
 import shutil
 import subprocess
 
 from ortlab.benchmarks.gpu_cuda import part_cuda_kernels, part_occupancy, use_cuda_home
+from ortlab.benchmarks.gpu_engine import part_engine_eps
 from ortlab.benchmarks.gpu_registry import Part, Skip, dry_run_stop, register_part
 from ortlab.benchmarks.gpu_runtime import part_runtime_api
 
@@ -145,3 +154,5 @@ register_part(Part("runtime_api", "(d) runtime calls: measured host waits vs ort
                    40))
 register_part(Part("occupancy", "(e) occupancy: driver vs ortlab.cuda.occupancy", part_occupancy, 45))
 register_part(Part("matmul", "(f) fp32 / tf32 / bf16 matmul throughput", part_matmul, 60))
+register_part(Part("engine_eps", "(g) ortlab's engine: CUDA EP and Triton EP sessions vs the CPU EP", part_engine_eps,
+                   60))

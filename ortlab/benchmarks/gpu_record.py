@@ -57,10 +57,11 @@ def _status_line(name, entry):
     line = f"  {title}: ok{seconds}"
     if checks:
         line += f", {checks['passed']} of {checks['total']} agree"
-    for mismatch in result.get("mismatches", [])[:5]:
-        line += f"\n      differs: {mismatch}"
-    if len(result.get("mismatches", [])) > 5:
-        line += f"\n      ... and {len(result['mismatches']) - 5} more"
+    for key, word in (("mismatches", "differs"), ("not run", "not run")):
+        for item in result.get(key, [])[:5]:
+            line += f"\n      {word}: {item}"
+        if len(result.get(key, [])) > 5:
+            line += f"\n      ... and {len(result[key]) - 5} more"
     return line
 
 
