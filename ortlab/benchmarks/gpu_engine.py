@@ -24,7 +24,8 @@ followed by the EP's synchronize.
 Dropout in training mode draws its mask differently on each EP (ortlab's CPU kernel, dropout.cu's
 counter-based hash, Triton's tl.rand), so that graph is compared given the mask: its reference is the CPU EP's
 DropoutGrad fed the EP's own mask (y = x * mask / (1 - ratio), and dx likewise), and the kept fraction must be
-1 - ratio within 5 binomial standard deviations. Inference mode is compared directly.
+1 - ratio within 5 binomial standard deviations; the row also says whether the next run drew a new mask (ORT
+1.19.2's does, seed attribute or not: its generator's offset advances). Inference mode is compared directly.
 
 What differs is listed in `mismatches`; what did not run on the GPU (CuPy or the GPU missing, Triton
 interpreted, the part's time spent) in `not run`: neither is ever a silent pass. With `--dry-run` the graphs are
