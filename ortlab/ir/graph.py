@@ -34,7 +34,8 @@ class Graph:
         self.initializers = {}
         self._nodes = []  # index -> Node, None once removed (indices are never reused)
         self._args = {}
-        self._producers, self._consumers = {}, {}
+        self._producers, self._consumers = {}, {}  # explicit input slots only; see consumers()
+        self._holders = set()  # indices of the nodes that hold subgraphs (If, Loop, Scan, SequenceMap)
         self._missing = NodeArg("", graph=self)
         self.model_fields = {}  # ir_version, producer, metadata, functions, ... kept for to_model()
         self.doc_string = ""
@@ -192,6 +193,8 @@ class Graph:
             self._link(self._consumers, arg.name, node.index)
         for arg in node.outputs:
             self._link(self._producers, arg.name, node.index)
+        if node.holds_subgraphs():
+            self._holders.add(node.index)
         return node
 
     def remove_node(self, node):
@@ -201,6 +204,7 @@ class Graph:
             self._unlink(self._consumers, arg.name, node.index)
         for arg in node.outputs:
             self._unlink(self._producers, arg.name, node.index)
+        self._holders.discard(node.index)
         self._nodes[node.index] = None
 
     def producer(self, name):
@@ -212,8 +216,31 @@ class Graph:
         return self._nodes[found[0]] if found else None
 
     def consumers(self, name):
-        """Nodes reading `name`, each once, in index order (GetConsumerNodes)."""
+        """Nodes reading `name`, each once, in index order: in an input slot, or from inside a subgraph
+        (GetConsumerNodes).
+
+        ORT's consumer map counts implicit inputs: Graph::BuildConnections (onnxruntime/core/graph/graph.cc)
+        ends with PopulateNodeArgToProducerConsumerLookupsFromNodes, which records a consumer for every def
+        Node::ForEachDef visits as an input, and ForEachDef visits ImplicitInputDefs too. So an If whose branch
+        reads `name` is one of its consumers, and a rewrite that asks "does anything else read it?" sees it.
+        ORT recomputes implicit inputs at Resolve; here they are read from the subgraphs at each call, so a
+        subgraph changed after add_node counts at once (a node given its first subgraph after add_node counts
+        from the next resolve()). explicit_consumers(name) gives only the nodes with an input slot to rewire.
+        """
+        _check_name(name)
+        found = set(self._consumers.get(name, []))
+        found |= {i for i in self._holders if name in self._nodes[i].implicit_input_names()}
+        return [self._nodes[i] for i in sorted(found)]
+
+    def explicit_consumers(self, name):
+        """Nodes reading `name` in an input slot (Node::InputDefs), each once, in index order."""
+        _check_name(name)
         return [self._nodes[i] for i in sorted(set(self._consumers.get(name, [])))]
+
+    def implicit_consumers(self, name):
+        """Nodes whose subgraphs read `name` from this graph (Node::ImplicitInputDefs), in index order."""
+        _check_name(name)
+        return [self._nodes[i] for i in sorted(self._holders) if name in self._nodes[i].implicit_input_names()]
 
     # --- rewiring (what transformers use) ----------------------------------------------------
 
@@ -258,9 +285,20 @@ class Graph:
     def replace_all_uses(self, old, new, exclude=()):
         """Every consumer of `old` (and the graph outputs) reads `new` instead, except the
         nodes in `exclude` (e.g. a node just inserted after `old`). Mirrors
-        graph_utils::ReplaceDownstreamNodeInput and GraphEdge::RemoveGraphEdges + re-add."""
+        graph_utils::ReplaceDownstreamNodeInput and GraphEdge::RemoveGraphEdges + re-add: a node whose
+        subgraphs read `old` gets them renamed (UpdateImplicitInputNameInSubgraph). When a subgraph
+        cannot take the name `new` (can_replace_all_uses), a GraphError, and nothing is changed."""
+        _check_name(new)
         skip = {n if isinstance(n, int) else n.index for n in exclude}
-        for consumer in self.consumers(old):
+        readers = [c for c in self.implicit_consumers(old) if c.index not in skip]
+        blocked = [c for c in readers if not c.renames_implicit_input_safely(old, new)]
+        if blocked:
+            raise GraphError(f"the subgraphs of {', '.join(node_label(c) for c in blocked)} read '{old}' and have "
+                             f"a value of their own called '{new}', so renaming their reads would change what "
+                             "they read; check graph.can_replace_all_uses(old, new) before rewiring")
+        for consumer in readers:
+            consumer.rename_implicit_input(old, new)
+        for consumer in self.explicit_consumers(old):
             if consumer.index in skip:
                 continue
             for i, arg in enumerate(consumer.inputs):
@@ -268,6 +306,14 @@ class Graph:
                     self.replace_node_input(consumer, i, new)
         self.outputs = [new if o == old else o for o in self.outputs]
         self.get_or_create_node_arg(new)
+
+    def can_replace_all_uses(self, old, new, exclude=()):
+        """True when replace_all_uses(old, new, exclude) can rename every subgraph read of `old` without
+        changing what it reads (no subgraph reading `old` has a value of its own called `new`). ORT's
+        eliminations ask more (Node.can_rename_implicit_input, CanUpdateImplicitInputNameInSubgraphs)."""
+        skip = {n if isinstance(n, int) else n.index for n in exclude}
+        return all(c.renames_implicit_input_safely(old, new) for c in self.implicit_consumers(old)
+                   if c.index not in skip)
 
     # --- initializers and graph inputs/outputs -----------------------------------------------
 
@@ -328,6 +374,7 @@ class Graph:
         schemas (LayerNormalization-1 and the like, ortlab.ops.schemas) are installed first.
         """
         schemas.install()
+        self._holders = {n.index for n in self.nodes() if n.holds_subgraphs()}  # BuildConnections' implicit inputs
         load_rules.check_opsets(self)
         load_rules.check_graph_inputs(self)
         load_rules.check_node_names(self)
@@ -395,6 +442,11 @@ class Graph:
     def __repr__(self):
         return (f"Graph('{self.name}': {len(self.nodes())} nodes, inputs={self.inputs}, "
                 f"outputs={self.outputs}, {len(self.initializers)} initializers)")
+
+
+def _check_name(name):
+    if not isinstance(name, str):
+        raise GraphError(f"a value name is a str, not {type(name).__name__} {name!r}")
 
 
 _CONSTANT_DTYPES = {"value_float": np.float32, "value_floats": np.float32,

@@ -62,6 +62,51 @@ class Node:
                     _subgraph_reads(sub, found)
         return list(dict.fromkeys(found))
 
+    def holds_subgraphs(self):
+        """True when an attribute of this node is a graph (If's branches, Loop's and Scan's body):
+        ORT's Node::ContainsSubgraph."""
+        return any(p.type in (p.GRAPH, p.GRAPHS) for p in self.attribute_protos.values())
+
+    def can_rename_implicit_input(self, old, new):
+        """True when the subgraphs' reads of the outer value `old` may be renamed `new`: no subgraph of this
+        node has a value called `new` already (a graph input, output, initializer, value_info, or a node
+        input or output), nor has a nested subgraph that reads `old` one (onnxruntime/core/graph/
+        graph_utils.cc, CanUpdateImplicitInputNameInSubgraph). Like ORT, this refuses even when `new` is
+        itself an outer value the subgraph already reads, where the rename would be harmless."""
+        if old not in self.implicit_input_names():
+            return True
+        for sub in _subgraph_protos(self):
+            if new in _names_in(sub):
+                return False
+            for inner in sub.node:
+                if old in _reads_of_node(inner) and not _proto_can_rename(inner, old, new):
+                    return False
+        return True
+
+    def renames_implicit_input_safely(self, old, new):
+        """True when renaming the subgraphs' outer reads of `old` to `new` keeps what they read: no subgraph
+        that reads the outer `old` has its own value called `new` (which would shadow the outer one). Looser
+        than can_rename_implicit_input: a subgraph that already reads the outer `new` is fine."""
+        return all(_renames_safely(sub, old, new) for sub in _subgraph_protos(self))
+
+    def rename_implicit_input(self, old, new):
+        """Make this node's subgraphs read the outer value `new` where they read the outer value `old`
+        (graph_utils.cc, UpdateImplicitInputNameInSubgraph): every read of `old` that is not a subgraph's own
+        value, nested subgraphs included, is renamed. The caller checks can_rename_implicit_input first;
+        a subgraph that defines its own `old` keeps reading it (ORT renames by name there too)."""
+        for name, proto in list(self.attribute_protos.items()):
+            if proto.type == proto.GRAPH:
+                renamed = onnx.AttributeProto()
+                renamed.CopyFrom(proto)
+                _rename_outer_reads(renamed.g, old, new)
+                self.attribute_protos[name] = renamed
+            elif proto.type == proto.GRAPHS:
+                renamed = onnx.AttributeProto()
+                renamed.CopyFrom(proto)
+                for sub in renamed.graphs:
+                    _rename_outer_reads(sub, old, new)
+                self.attribute_protos[name] = renamed
+
     def implicit_input_nodes(self):
         """Producers of the values this node's subgraphs read from outside, one per edge."""
         return [p for name in self.implicit_input_names() if (p := self.graph.producer(name))]
@@ -73,12 +118,14 @@ class Node:
         return explicit + self.implicit_input_nodes()
 
     def output_nodes(self):
-        """Consumers of this node's outputs (ORT's Node::OutputNodesBegin/End), one per edge."""
+        """Consumers of this node's outputs (ORT's Node::OutputNodesBegin/End), one per edge: one per input
+        slot that reads an output, and one per output a consumer's subgraphs read (Graph::BuildConnections
+        gives an implicit input an edge too, so a node whose output only a subgraph reads is no leaf)."""
         found = []
         for a in self.outputs:
             if a.exists():
                 for c in self.graph.consumers(a.name):
-                    found += [c] * c.input_names.count(a.name)
+                    found += [c] * (c.input_names.count(a.name) + (a.name in c.implicit_input_names()))
         return found
 
     @property
@@ -134,3 +181,79 @@ def _subgraph_reads(graph_proto, found):
                 found += [name for name in _subgraph_reads(sub, []) if name not in defined]
         defined.update(node.output)
     return found
+
+
+def _subgraph_protos(node):
+    """The GraphProtos a node (an ortlab Node) holds as attributes."""
+    found = []
+    for proto in node.attribute_protos.values():
+        found += [proto.g] if proto.type == proto.GRAPH else list(proto.graphs) if proto.type == proto.GRAPHS else []
+    return found
+
+
+def _proto_subgraphs(node_proto):
+    """The GraphProtos a NodeProto holds as attributes."""
+    found = []
+    for attr in node_proto.attribute:
+        found += [attr.g] if attr.type == attr.GRAPH else list(attr.graphs) if attr.type == attr.GRAPHS else []
+    return found
+
+
+def _reads_of_node(node_proto):
+    """What a NodeProto inside a subgraph reads from the graph around it: explicit inputs and implicit ones."""
+    found = [name for name in node_proto.input if name]
+    for sub in _proto_subgraphs(node_proto):
+        found += _subgraph_reads(sub, [])
+    return found
+
+
+def _names_in(graph_proto):
+    """Every value name a subgraph has a NodeArg for in ORT: its inputs, outputs, initializers, value_info,
+    and its nodes' inputs and outputs (not what only a nested subgraph reads)."""
+    names = {v.name for v in list(graph_proto.input) + list(graph_proto.output) + list(graph_proto.value_info)}
+    names |= {t.name for t in graph_proto.initializer}
+    for node in graph_proto.node:
+        names |= set(node.input) | set(node.output)
+    return names - {""}
+
+
+def _proto_can_rename(node_proto, old, new):
+    """can_rename_implicit_input for a node inside a subgraph (a NodeProto)."""
+    for sub in _proto_subgraphs(node_proto):
+        if new in _names_in(sub):
+            return False
+        for inner in sub.node:
+            if old in _reads_of_node(inner) and not _proto_can_rename(inner, old, new):
+                return False
+    return True
+
+
+def _defines(graph_proto, name):
+    """True when a subgraph has its own value `name` (an input, initializer or node output), which shadows an
+    outer one of that name."""
+    return (any(v.name == name for v in graph_proto.input) or any(t.name == name for t in graph_proto.initializer)
+            or any(name in node.output for node in graph_proto.node))
+
+
+def _renames_safely(graph_proto, old, new):
+    """False when this subgraph (or one nested in it) reads the outer `old` but has its own `new`."""
+    if _defines(graph_proto, old):
+        return True
+    if old in _subgraph_reads(graph_proto, []) and _defines(graph_proto, new):
+        return False
+    return all(_renames_safely(sub, old, new) for node in graph_proto.node for sub in _proto_subgraphs(node))
+
+
+def _rename_outer_reads(graph_proto, old, new):
+    """In place: reads of the outer value `old` in this subgraph and the subgraphs nested in it read `new`."""
+    if _defines(graph_proto, old):
+        return
+    for node in graph_proto.node:
+        for i, name in enumerate(node.input):
+            if name == old:
+                node.input[i] = new
+        for sub in _proto_subgraphs(node):
+            _rename_outer_reads(sub, old, new)
+    for vi in list(graph_proto.value_info) + list(graph_proto.output):
+        if vi.name == old:
+            vi.name = new

@@ -73,10 +73,6 @@ def priority_based_order(graph):
     """ORT's PRIORITY_BASED order: Kahn's sort with a priority queue (PriorityNodeCompare)."""
     nodes = graph.nodes()
     in_degree = {n.index: len(n.input_nodes()) for n in nodes}
-    implicit = {}  # producer index -> the nodes whose subgraphs read its outputs, one per edge
-    for node in nodes:
-        for producer in node.implicit_input_nodes():
-            implicit.setdefault(producer.index, []).append(node)
     ready = [(_priority_key(n), n.index) for n in nodes if in_degree[n.index] == 0]
     heapq.heapify(ready)
     order = []
@@ -84,7 +80,7 @@ def priority_based_order(graph):
         _, index = heapq.heappop(ready)
         node = graph.node(index)
         order.append(node)
-        for consumer in node.output_nodes() + implicit.get(index, []):  # one entry per edge, as ORT's
+        for consumer in node.output_nodes():  # one entry per edge, implicit inputs' too, as ORT's
             in_degree[consumer.index] -= 1
             if in_degree[consumer.index] == 0:
                 heapq.heappush(ready, (_priority_key(consumer), consumer.index))

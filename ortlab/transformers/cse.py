@@ -30,6 +30,11 @@ class CommonSubexpressionElimination(GraphTransformer):
             if any(o in graph.outputs for o in node.output_names):
                 self.decline(node, f"it produces a graph output (same value as {label(first)})")
                 continue
+            pairs = [(mine, theirs) for mine, theirs in zip(node.output_names, first.output_names) if mine]
+            if not all(graph.can_replace_all_uses(mine, theirs) for mine, theirs in pairs):
+                self.decline(node, f"a subgraph reads its output and has a value of its own named as the output "
+                                   f"of {label(first)}")
+                continue
             graph.remove_node(node)
             for mine, theirs in zip(node.output_names, first.output_names):
                 if mine:

@@ -90,13 +90,15 @@ def uses(graph, name):
 
 def subgraph_readers(graph, name):
     """How many nodes read `name` from inside a subgraph (If, Loop, Scan: Node::ImplicitInputDefs)."""
-    return sum(name in node.implicit_input_names() for node in graph.nodes())
+    return len(graph.implicit_consumers(name))
 
 
 def single_consumer(graph, name):
-    """The one node reading `name` once, when nothing else reads it and it is not a graph output."""
+    """The one node reading `name` once, when nothing else reads it and it is not a graph output.
+
+    It reads `name` in an input slot: a node whose subgraph alone reads it has no slot to rewire."""
     consumers = graph.consumers(name)
-    if len(consumers) != 1 or uses(graph, name) != 1:
+    if len(consumers) != 1 or uses(graph, name) != 1 or consumers[0].input_names.count(name) != 1:
         return None
     return consumers[0]
 
@@ -114,15 +116,20 @@ def bypass_reason(graph, node, keep=0):
 
     Mirrors graph_utils::CanRemoveNode: the extra outputs (e.g. a Dropout mask) must be
     unused, and when its output is a graph output the value must be renamed upstream,
-    which needs an input produced by a node whose output nothing else reads.
+    which needs an input produced by a node whose output nothing else reads. A subgraph that
+    reads the output is made to read the input instead, unless it already has a value of that
+    name (CanUpdateImplicitInputNameInSubgraphs, onnxruntime/core/graph/graph_utils.cc).
     """
     if len(node.inputs) <= keep or not node.inputs[keep].exists():
         return "it has no data input"
     if any(uses(graph, o.name) for o in node.outputs[1:] if o.exists()):
         return "one of its extra outputs is used"
     inp, out = node.input_names[keep], node.output_names[0]
-    if subgraph_readers(graph, out):
-        return "a subgraph reads its output"
+    if out not in graph.outputs and not all(c.can_rename_implicit_input(out, inp)
+                                            for c in graph.implicit_consumers(out)):
+        return f"a subgraph reads its output and already has a value called '{inp}'"
+    if out in graph.outputs and subgraph_readers(graph, out):
+        return "its output is a graph output and a subgraph reads it"  # identity_elimination.cc: an output edge
     if out in graph.outputs:
         producer = graph.producer(inp)
         if producer is None:
@@ -166,9 +173,8 @@ def unique_value_name(graph, base):
 def remove_unused_initializers(graph):
     """Drop initializers nothing reads (Graph::CleanUnusedInitializersAndNodeArgs); returns their names.
 
-    A read from inside a subgraph (an If branch, a Loop body) counts as a read."""
-    read_by_subgraphs = {name for node in graph.nodes() for name in node.implicit_input_names()}
-    unused = [n for n in graph.initializers if not graph.consumers(n) and n not in read_by_subgraphs
+    A read from inside a subgraph (an If branch, a Loop body) counts as a read: graph.consumers sees it."""
+    unused = [n for n in graph.initializers if not graph.consumers(n)
               and n not in graph.outputs and n not in graph.inputs]
     for name in unused:
         graph.remove_initializer(name)

@@ -199,6 +199,6 @@ class ReshapeFusion(PatternFusion):
         graph.remove_node(concat)
         shape_name, = match.outputs
         graph.add_initializer(shape_name, np.array(match.attributes["value"], dtype=np.int64))
-        reshape = graph.consumers(shape_name)[0]
+        reshape = graph.explicit_consumers(shape_name)[0]
         self.fused.append((label(reshape), "Reshape", ["Concat"] + removed))
         return reshape
