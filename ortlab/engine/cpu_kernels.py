@@ -18,6 +18,7 @@ from onnx.reference.ops.op_scatter_elements import scatter_elements
 from ortlab.engine.cpu_execution_provider import ReferenceKernel, override_reference_op
 from ortlab.engine.kernel_registry import CPU, register_op_kernel
 from ortlab.engine.errors import KernelFailure
+from ortlab.engine.execution_frame import EMPTY_OPTIONAL
 from ortlab.ops.loss_shapes import softmax_cross_entropy_label_problem, softmax_cross_entropy_shape_problem
 from ortlab.ops.reference import label_weights
 
@@ -446,6 +447,17 @@ def scatter(ctx):
     implementation of it. ORT: onnxruntime/core/providers/cpu/tensor/scatter.cc."""
     data, indices, updates = ctx.input(0), ctx.input(1), ctx.input(2)
     return scatter_elements(data, indices, updates, axis=ctx.attribute("axis", 0))
+
+
+# --- Optional ---------------------------------------------------------------------------------
+@register_op_kernel("Optional", provider=CPU)
+def optional(ctx):
+    """Optional(x) holds x itself; Optional() with only its `type` attribute is an empty optional, which
+    OptionalHasElement reads as false. onnx.reference wraps x as the list [x] and an absent x as [None], so
+    its OptionalHasElement says true for an empty optional. ORT: onnxruntime/core/providers/cpu/optional/
+    optional_ops.cc (an input is copied into the output; without one the output is not allocated)."""
+    x = ctx.input(0) if ctx.input_count else None
+    return EMPTY_OPTIONAL if x is None else x
 
 
 # --- MaxPool ----------------------------------------------------------------------------------

@@ -14,6 +14,18 @@ import numpy as np
 from ortlab.engine.errors import KernelFailure
 
 
+class EmptyOptional:
+    """An optional value holding nothing, as the frame keeps it: ORT's OrtValue of optional type that is not
+    allocated (onnxruntime/core/providers/cpu/optional/optional_ops.cc). A kernel reads it as None, the caller
+    fetches None; the frame's own None still means "not computed yet" (or released)."""
+
+    def __repr__(self):
+        return "<empty optional>"
+
+
+EMPTY_OPTIONAL = EmptyOptional()
+
+
 def nbytes(value):
     """Bytes a tensor value holds (numpy array or torch tensor); 0 for anything else."""
     size = getattr(value, "nbytes", None)
@@ -220,6 +232,8 @@ class ExecutionFrame:
     def const_input(self, slot):
         """Value `slot` as a kernel's input: read-only (the frame's own array, flagged; another's, a view)."""
         value = self.values[slot]
+        if value is EMPTY_OPTIONAL:
+            return None  # as onnx.reference's Optional ops and ORT's OpKernelContext see an empty optional
         if not isinstance(value, np.ndarray) or not value.flags.writeable:
             return value
         if slot in self.not_owned:
@@ -232,6 +246,8 @@ class ExecutionFrame:
         """A value by name, as the caller gets it: writable again if a node read it (ORT's fetches are)."""
         slot = self.state.index_of[name]
         value = self.values[slot]
+        if value is EMPTY_OPTIONAL:
+            return None  # ORT's Python API returns None for an empty optional output
         if slot in self.locked and isinstance(value, np.ndarray):
             value.flags.writeable = True
             self.locked.discard(slot)

@@ -25,7 +25,7 @@ import ortlab.engine.cpu_kernels_ordering  # noqa: F401  onnx.reference computes
 import ortlab.engine.cpu_kernels_elementwise  # noqa: F401
 import ortlab.engine.cpu_kernels_subgraph  # noqa: F401 (Loop, Scan, SequenceMap)
 import ortlab.engine.triton_execution_provider  # noqa: F401 (registers the Triton EP)
-from ortlab.engine.execution_frame import ExecutionFrame, data_ptr
+from ortlab.engine.execution_frame import EMPTY_OPTIONAL, ExecutionFrame, data_ptr
 from ortlab.engine.execution_provider import EXECUTION_PROVIDERS, ExecutionProvider
 from ortlab.engine.graph_partitioner import input_dtypes, partition
 from ortlab.engine.kernel_registry import CPU
@@ -37,6 +37,7 @@ from ortlab.engine.sequential_executor import SequentialExecutor, needed_steps
 from ortlab.engine.session_state import SessionState
 from ortlab.engine.transformer_memcpy import MemcpyTransformer
 from ortlab.ir.model_load import load_model as load_path
+from ortlab.ir.node_arg import NodeArg as GraphValue  # the IR's; NodeArg below is ORT's Python one
 from ortlab.memory.session_graph import SessionGraph, planning_view
 from ortlab.errors import OrtlabError, as_names
 
@@ -333,7 +334,7 @@ class InferenceSession:
     def _memory_pattern(self, feeds):
         """For these feed shapes (planned on first use, cached): the MemoryPattern, or with enable_mem_pattern
         off the allocation plan's ReusePlan; None when the graph cannot be planned statically (then logged)."""
-        key = (self.options.enable_mem_pattern, tuple(sorted((slot, np.shape(v)) for slot, v in feeds.items())))
+        key = (self.options.enable_mem_pattern, tuple(sorted((slot, _feed_shape(v)) for slot, v in feeds.items())))
         if key not in self._patterns:
             from ortlab.engine.memory_pattern import pattern_for, reuse_for
 
@@ -373,19 +374,46 @@ class InferenceSession:
             if name not in graph.inputs:
                 raise InvalidArgument(f"Invalid input name: {name} (the model's inputs: {required})")
             array = self._check_feed(name, value)
+            array = EMPTY_OPTIONAL if array is None else array
             provider = state.feed_providers[name]
-            feeds[state.index_of[name]] = array if provider.is_cpu_based else provider.from_host(array)
+            feeds[state.index_of[name]] = array if provider.is_cpu_based or not isinstance(array, np.ndarray) \
+                else provider.from_host(array)
         return feeds
 
     def _check_feed(self, name, value):
-        """The feed as a numpy array, checked against the graph input as ORT's ValidateInputs does."""
+        """The feed checked against the graph input's type, as ORT's ValidateInputs does: a numpy array for a
+        tensor, a list of arrays for a sequence (ORT's TensorSeq), None for an empty optional."""
+        arg = self.graph.node_arg(name)
+        kind = arg.type_proto.WhichOneof("value") if arg.type_proto is not None else "tensor_type"
+        if kind == "optional_type":
+            if value is None:
+                return None  # an empty optional, as OptionalHasElement reads it
+            arg, kind = GraphValue(name, arg.type_proto.optional_type.elem_type), \
+                arg.type_proto.optional_type.elem_type.WhichOneof("value")
+        if kind == "sequence_type":
+            return self._check_sequence_feed(name, value, GraphValue(name, arg.type_proto.sequence_type.elem_type))
+        if value is None:
+            raise InvalidArgument(f"feed {name!r} is None: only an input of optional type takes None (an empty "
+                                  f"optional); {name!r} is a {_type_text(arg.type_proto)}, feed an array")
+        return self._check_tensor_feed(name, value, arg)
+
+    def _check_sequence_feed(self, name, value, element):
+        """A sequence feed: a list of arrays, each checked against the sequence's element type (ORT's TensorSeq
+        refuses an element of another type; shapes may differ from element to element)."""
+        if not isinstance(value, list):
+            what = "a tensor" if hasattr(value, "shape") else type(value).__name__
+            raise InvalidArgument(f"input {name!r} is a {_type_text(self.graph.node_arg(name).type_proto)}: feed "
+                                  f"a list of arrays (ORT takes a list, not a tuple), not {what}")
+        return [self._check_tensor_feed(f"{name}[{i}]", v, element) for i, v in enumerate(value)]
+
+    def _check_tensor_feed(self, name, value, arg):
+        """The feed as a numpy array, checked against `arg` (a NodeArg of tensor type) as ValidateInputs does."""
         if hasattr(value, "detach"):
             value = value.detach().cpu().numpy()
         try:
             array = np.asarray(value)
         except Exception as exc:  # noqa: BLE001
             raise InvalidArgument(f"feed {name!r}: cannot make an array of {type(value).__name__}: {exc}") from None
-        arg = self.graph.node_arg(name)
         if arg.elem_type == onnx.TensorProto.STRING and array.dtype.kind in "OUS":
             return array.astype(object)  # tensor(string): numpy str or object arrays, as ORT takes them
         if array.dtype == object:
@@ -418,6 +446,25 @@ class InferenceSession:
         counts = {ep: len(nodes) for ep, nodes in self.state.placements().items()}
         return (f"ortlab.engine.InferenceSession(graph {self.graph.name!r}, providers={self.get_providers()}, "
                 f"nodes per EP={counts}, memcpy nodes={self.memcpy_count})")
+
+
+def _feed_shape(value):
+    """A feed's shape for the memory pattern's cache key: a tensor's shape, a sequence's element shapes, None for
+    an empty optional."""
+    if isinstance(value, list):
+        return ("sequence", tuple(tuple(np.shape(v)) for v in value))
+    return tuple(value.shape) if hasattr(value, "shape") else None
+
+
+def _type_text(type_proto):
+    """ONNX's text of a value's type, e.g. 'sequence(tensor(float))' (onnx.printer's form)."""
+    kind = type_proto.WhichOneof("value") if type_proto is not None else None
+    if kind == "tensor_type":
+        return f"tensor({_name(type_proto.tensor_type.elem_type)})" if type_proto.tensor_type.elem_type \
+            else "tensor"
+    if kind in ("sequence_type", "optional_type"):
+        return f"{kind[:-5]}({_type_text(getattr(type_proto, kind).elem_type)})"
+    return kind or "value of unknown type"
 
 
 def _name(elem_type):

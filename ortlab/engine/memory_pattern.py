@@ -99,6 +99,9 @@ def _plan(session, feeds):
     state = session.state
     if not all(p.is_cpu_based for p in state.providers.values()):
         return None, "a device EP holds tensors: the plan covers host memory only here"
+    if any(not hasattr(v, "shape") for v in feeds.values()):
+        return None, ("a feed is a sequence or an empty optional: ORT's ExecutionFrame uses the memory pattern only "
+                      "when every feed is a tensor (execution_frame.cc)")
     from ortlab.memory import plan, validate
 
     shapes = {state.value_names[slot]: tuple(np.shape(v)) for slot, v in feeds.items()}

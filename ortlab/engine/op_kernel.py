@@ -11,6 +11,7 @@ a value another node reads.
 import numpy as np
 
 from ortlab.engine.errors import KernelFailure
+from ortlab.engine.execution_frame import EMPTY_OPTIONAL
 
 
 CONST_INPUTS = ("the kernel wrote into a read-only array: a kernel's inputs are const, as ORT's "
@@ -146,7 +147,7 @@ class OpKernelContext:
         slot = self.step.outputs[index] if index < len(self.step.outputs) else -1
         if slot < 0 or value is None:
             return
-        if isinstance(value, (list, dict)):
+        if isinstance(value, (list, dict)) or value is EMPTY_OPTIONAL:
             if self.step.output_dtypes[index] is not None:
                 raise KernelFailure(f"{self.step.label()}: output {index} is a tensor in the graph, the kernel "
                                     f"returned a {type(value).__name__}; return a numpy array")
