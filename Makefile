@@ -43,7 +43,7 @@ execute: setup
 	    --ExecutePreprocessor.record_timing=False $(NOTEBOOKS)
 	$(PY) -m ortlab.labs build
 
-# On a GPU machine: every GPU check of ortlab in one run (ortlab/benchmarks/gpu_check.py, about 6 minutes),
+# On a GPU machine: every GPU check of ortlab in one run (ortlab/benchmarks/gpu_check.py, at most 7 minutes),
 # one JSON record in gpu_records/, or in $(OUT) when OUT is set (the device tool sets it). Needs torch,
 # Triton, CuPy and cuda-bindings, never onnxruntime, so no `setup`: the image's python3 runs it where
 # there is no .venv.
