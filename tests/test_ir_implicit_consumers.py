@@ -90,6 +90,15 @@ def identity_read_in_a_loop_inside_a_branch():
                   n("If", ["cond"], ["z"], then_branch=then_g, else_branch=else_g)], [value("x")], [value("z")])
 
 
+def identity_whose_input_name_a_nested_body_has():
+    """As above, but the Loop body also reads r: ORT checks the nested body's names too, and keeps the Identity."""
+    m = identity_read_in_a_loop_inside_a_branch()
+    then_g = next(a.g for a in m.graph.node[2].attribute if a.name == "then_branch")
+    body = then_g.node[0].attribute[0].g
+    body.node[1].input[0] = "r"  # acc_out = r + y: the body now reads both outer values
+    return m
+
+
 def cast_read_by_shape_and_branch():
     """PreShapeNodeElimination: a Cast read by a Shape and by a branch is no Cast read only by Shapes.
     (x has a symbolic dim, so the Shape is not folded.)"""
@@ -145,14 +154,17 @@ def initializer_read_only_in_branch():
 
 CASES = {f.__name__: f for f in (
     identity_read_only_in_branch, identity_read_in_branch_and_by_exp, identity_whose_input_name_the_branch_has,
-    dropout_read_in_branch, identity_read_in_a_loop_inside_a_branch, cast_read_by_shape_and_branch,
+    dropout_read_in_branch, identity_read_in_a_loop_inside_a_branch, identity_whose_input_name_a_nested_body_has,
+    cast_read_by_shape_and_branch,
     not_read_by_where_and_branch, twin_relus_both_read_in_branch, gelu_intermediate_read_in_branch,
     layer_norm_mean_read_in_branch, shape_only_read_in_branch_is_folded, initializer_read_only_in_branch)}
 
 
 # onnx.reference (onnx 1.17) runs this Loop's body without adding y three times: numpy gives the outputs
 NUMPY = {"identity_read_in_a_loop_inside_a_branch":
-         lambda f: [4 * np.maximum(f["x"], 0) if f["cond"] else np.maximum(f["x"], 0)]}
+         lambda f: [4 * np.maximum(f["x"], 0) if f["cond"] else np.maximum(f["x"], 0)],
+         "identity_whose_input_name_a_nested_body_has":
+         lambda f: [2 * np.maximum(f["x"], 0) if f["cond"] else np.maximum(f["x"], 0)]}
 
 
 def feeds(m, cond):
