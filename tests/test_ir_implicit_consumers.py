@@ -71,6 +71,17 @@ def identity_whose_input_name_the_branch_has():
                   n("If", ["cond"], ["z"], then_branch=then_g, else_branch=else_g)], [value("x")], [value("z")])
 
 
+def identity_graph_output_read_in_branch():
+    """Identity's output is a graph output: ORT renames upstream only when no node reads it (no output edge)."""
+    return model([n("Relu", ["x"], ["r"]), n("Identity", ["r"], ["y"]), if_reading("y")], [value("x")],
+                 [value("z"), value("y")])
+
+
+def identity_graph_output_read_by_exp():
+    return model([n("Relu", ["x"], ["r"]), n("Identity", ["r"], ["y"]), n("Exp", ["y"], ["z"])], [value("x")],
+                 [value("z"), value("y")])
+
+
 def dropout_read_in_branch():
     return model([n("Relu", ["x"], ["r"]), n("Dropout", ["r"], ["y"]), n("Exp", ["y"], ["w"]), if_reading("y")],
                  [value("x")], [value("z"), value("w")])
@@ -154,6 +165,7 @@ def initializer_read_only_in_branch():
 
 CASES = {f.__name__: f for f in (
     identity_read_only_in_branch, identity_read_in_branch_and_by_exp, identity_whose_input_name_the_branch_has,
+    identity_graph_output_read_in_branch, identity_graph_output_read_by_exp,
     dropout_read_in_branch, identity_read_in_a_loop_inside_a_branch, identity_whose_input_name_a_nested_body_has,
     cast_read_by_shape_and_branch,
     not_read_by_where_and_branch, twin_relus_both_read_in_branch, gelu_intermediate_read_in_branch,

@@ -116,7 +116,8 @@ def bypass_reason(graph, node, keep=0):
 
     Mirrors graph_utils::CanRemoveNode: the extra outputs (e.g. a Dropout mask) must be
     unused, and when its output is a graph output the value must be renamed upstream,
-    which needs an input produced by a node whose output nothing else reads. A subgraph that
+    which needs an input produced by a node whose output nothing else reads, and an output no
+    node reads, in a slot or a subgraph (identity_elimination.cc). A subgraph that
     reads the output is made to read the input instead, unless it already has a value of that
     name (CanUpdateImplicitInputNameInSubgraphs, onnxruntime/core/graph/graph_utils.cc).
     """
@@ -128,8 +129,8 @@ def bypass_reason(graph, node, keep=0):
     if out not in graph.outputs and not all(c.can_rename_implicit_input(out, inp)
                                             for c in graph.implicit_consumers(out)):
         return f"a subgraph reads its output and already has a value called '{inp}'"
-    if out in graph.outputs and subgraph_readers(graph, out):
-        return "its output is a graph output and a subgraph reads it"  # identity_elimination.cc: an output edge
+    if out in graph.outputs and uses(graph, out) != graph.outputs.count(out):
+        return "its output is a graph output that a node reads too"  # identity_elimination.cc: no output edge
     if out in graph.outputs:
         producer = graph.producer(inp)
         if producer is None:
