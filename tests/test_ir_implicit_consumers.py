@@ -306,3 +306,18 @@ def test_a_node_read_only_by_a_branch_is_no_leaf_in_either_order(order):
     for kind in ("default", "priority"):
         theirs = [name for name in session.execution_order(m, feeds(m, True), order=kind, providers=CPU) if name in top]
         assert [node.name for node in g.topological_order(kind)] == theirs, kind
+
+
+@pytest.mark.parametrize("op", ["Cast", "Dropout", "Identity"])
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_graph_output_is_renamed_upstream_by_identity_elimination_alone(op, level):
+    """ORT's EliminateIdentity renames the producer's output when the Identity writes a graph output; CastElimination
+    and EliminateDropout ask CanRemoveNode only, which refuses a graph output: the Cast and the Dropout stay.
+    (ortlab removed all three.)"""
+    attrs = {"to": F} if op == "Cast" else {}
+    m = model([n("Relu", ["x"], ["r"]), n(op, ["r"], ["y"], **attrs)], [value("x")], [value("y")])
+    ours = optimize(m, level=LEVELS[level], providers=CPU)
+    theirs = session.optimized_model(m, level, providers=CPU)
+    assert op_counts(ours) == op_counts(theirs)
+    f = feeds(m, True)
+    np.testing.assert_allclose(session.run_model(ours, f)["y"], np.maximum(f["x"], 0))

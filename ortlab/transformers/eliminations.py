@@ -14,7 +14,11 @@ class _Bypass(RewriteRule):
 
     A rule states is_noop(graph, node): True (the node changes nothing), False (a real op here: nothing to
     say) or a str (why it cannot tell: recorded as the node's declined reason). The node then goes when
-    gu.bypass_reason allows (its output no graph output, or its input may take that name)."""
+    gu.bypass_reason allows (its output no graph output, or its input may take that name). renames_graph_output:
+    whether a node whose output is a graph output may go by renaming its input's producer (ORT's EliminateIdentity
+    does; CanRemoveNode alone, which EliminateDropout and CastElimination ask, refuses a graph output)."""
+
+    renames_graph_output = False
 
     def is_noop(self, graph, node):
         raise NotImplementedError(f"{self.name} must implement is_noop(graph, node) -> True, False or why not")
@@ -25,7 +29,7 @@ class _Bypass(RewriteRule):
             return self.decline(node, verdict)
         if not verdict:
             return False
-        reason = gu.bypass_reason(graph, node)
+        reason = gu.bypass_reason(graph, node, rename_graph_output=self.renames_graph_output)
         return True if reason is None else self.decline(node, reason)
 
     def apply(self, graph, node):
@@ -38,6 +42,7 @@ class EliminateIdentity(_Bypass):
     """Identity(x) -> x."""
 
     target_op_types = ("Identity",)
+    renames_graph_output = True  # identity_elimination.cc: the special case of a graph output
 
     def is_noop(self, graph, node):
         return gu.is_op(node, "Identity")
@@ -79,6 +84,7 @@ class NoopReshapeElimination(_Bypass):
     """Reshape(x, shape) -> x when the target shape is a constant equal to x's static shape."""
 
     target_op_types = ("Reshape",)
+    renames_graph_output = True  # ortlab's own rule: as EliminateIdentity
 
     def is_noop(self, graph, node):
         dims = gu.shape(graph, node.input_names[0])

@@ -111,7 +111,7 @@ def other_input(node, name):
     return names[1] if names[0] == name else names[0]
 
 
-def bypass_reason(graph, node, keep=0):
+def bypass_reason(graph, node, keep=0, rename_graph_output=True):
     """Why a node cannot be removed by wiring its input `keep` to its consumers, or None.
 
     Mirrors graph_utils::CanRemoveNode: the extra outputs (e.g. a Dropout mask) must be
@@ -120,6 +120,8 @@ def bypass_reason(graph, node, keep=0):
     node reads, in a slot or a subgraph (identity_elimination.cc). A subgraph that
     reads the output is made to read the input instead, unless it already has a value of that
     name (CanUpdateImplicitInputNameInSubgraphs, onnxruntime/core/graph/graph_utils.cc).
+    rename_graph_output=False: a graph output is never bypassed (CanRemoveNode alone, as
+    EliminateDropout and CastElimination ask).
     """
     if len(node.inputs) <= keep or not node.inputs[keep].exists():
         return "it has no data input"
@@ -129,6 +131,8 @@ def bypass_reason(graph, node, keep=0):
     if out not in graph.outputs and not all(c.can_rename_implicit_input(out, inp)
                                             for c in graph.implicit_consumers(out)):
         return f"a subgraph reads its output and already has a value called '{inp}'"
+    if out in graph.outputs and not rename_graph_output:
+        return "its output is a graph output"
     if out in graph.outputs and uses(graph, out) != graph.outputs.count(out):
         return "its output is a graph output that a node reads too"  # identity_elimination.cc: no output edge
     if out in graph.outputs:
