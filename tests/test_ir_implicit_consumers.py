@@ -321,3 +321,30 @@ def test_a_graph_output_is_renamed_upstream_by_identity_elimination_alone(op, le
     assert op_counts(ours) == op_counts(theirs)
     f = feeds(m, True)
     np.testing.assert_allclose(session.run_model(ours, f)["y"], np.maximum(f["x"], 0))
+
+
+def test_the_forward_model_of_a_training_split_keeps_an_initializer_only_a_branch_reads():
+    """split_training_graph gives the forward model the initializers its nodes read: a branch's read counts (the
+    If read k only inside then_branch; k was left out and ORT refused the forward model). ORT's own C++ gradient
+    builder (the 'ort' builder) fails on this graph ('Attempting to get index by a name which does not exist'):
+    pinned here."""
+    from ortlab.gradients.ort import OrtGradientError
+    from ortlab.training import training_manager as tm
+
+    then_g = helper.make_graph([n("Mul", ["x", "k"], ["t0"]), n("Cast", ["t0"], ["t_out"], to=TensorProto.INT64)],
+                               "then", [], [value("t_out", TensorProto.INT64, None)])
+    else_g = helper.make_graph([n("Cast", ["x"], ["e_out"], to=TensorProto.INT64)], "else", [],
+                               [value("e_out", TensorProto.INT64, None)])
+    m = model([n("Mul", ["x", "w"], ["y"]), n("If", ["cond"], ["z"], then_branch=then_g, else_branch=else_g)],
+              [value("x")], [value("y"), value("z", TensorProto.INT64, None)], [const("k", np.full((2, 4), 3.0)),
+                                                                               const("w", np.full((2, 4), 2.0))])
+    training, differentiable = tm.build_training_graph(m, ["y", "z"], ["x", "w"], "ortlab")
+    split = tm.split_training_graph(training, m, ["y", "z"], differentiable, ["x", "w"])
+    assert sorted(t.name for t in split.forward.graph.initializer) == ["k", "w"]
+    for cond in (True, False):
+        f = feeds(m, cond)
+        got = session.run_model(split.forward, f)
+        np.testing.assert_array_equal(got["z"], (f["x"] * 3 if cond else f["x"]).astype(np.int64))
+        np.testing.assert_allclose(got["y"], f["x"] * 2)
+    with pytest.raises(OrtGradientError, match="does not exist"):
+        tm.build_training_graph(m, ["y", "z"], ["x", "w"], "ort")
