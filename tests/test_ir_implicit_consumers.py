@@ -152,6 +152,29 @@ def layer_norm_mean_read_in_branch():
     return model(nodes, [value("x")], [value("z"), value("ln")], inits)
 
 
+def reshape_shape_read_in_branch(read):
+    """ReshapeFusion: Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), Unsqueeze(Gather(Shape(x), 1)), [2, 4]));
+    a branch reads `read` (the Concat's output, or a Gather's). Folding the Concat to [0, 0, 2, 4] would hand the
+    branch other values."""
+    i64 = TensorProto.INT64
+    nodes = [n("Shape", ["x"], ["s"])]
+    for k in (0, 1):
+        nodes += [n("Gather", ["s", f"i{k}"], [f"g{k}"], axis=0), n("Unsqueeze", [f"g{k}", "ax"], [f"u{k}"])]
+    nodes += [n("Concat", ["u0", "u1", "c"], ["shape"], axis=0), n("Reshape", ["x", "shape"], ["y"]),
+              if_reading(read, elem=i64)]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), name)
+             for name, v in (("i0", 0), ("i1", 1), ("ax", [0]), ("c", [2, 4]))]
+    return model(nodes, [value("x", shape=("B", "S", 8))], [value("y", shape=None), value("z", i64, None)], inits)
+
+
+def reshape_concat_read_in_branch():
+    return reshape_shape_read_in_branch("shape")
+
+
+def reshape_gather_read_in_branch():
+    return reshape_shape_read_in_branch("g0")
+
+
 def shape_only_read_in_branch_is_folded():
     """ConstantFolding: Shape(x) of a static x, read only by a branch, becomes an initializer of that name."""
     return model([n("Relu", ["x"], ["w"]), n("Shape", ["x"], ["s"]), if_reading("s", elem=TensorProto.INT64)],
@@ -169,7 +192,8 @@ CASES = {f.__name__: f for f in (
     dropout_read_in_branch, identity_read_in_a_loop_inside_a_branch, identity_whose_input_name_a_nested_body_has,
     cast_read_by_shape_and_branch,
     not_read_by_where_and_branch, twin_relus_both_read_in_branch, gelu_intermediate_read_in_branch,
-    layer_norm_mean_read_in_branch, shape_only_read_in_branch_is_folded, initializer_read_only_in_branch)}
+    layer_norm_mean_read_in_branch, reshape_concat_read_in_branch, reshape_gather_read_in_branch,
+    shape_only_read_in_branch_is_folded, initializer_read_only_in_branch)}
 
 
 # onnx.reference (onnx 1.17) runs this Loop's body without adding y three times: numpy gives the outputs
