@@ -110,6 +110,17 @@ def identity_whose_input_name_a_nested_body_has():
     return m
 
 
+def identity_whose_input_name_a_nested_sibling_branch_has():
+    """If -> inner If whose then branch reads y, whose else branch reads r: ORT checks every subgraph of a nested
+    node that reads y (CanUpdateImplicitInputNameInSubgraph), finds r, and keeps the Identity."""
+    inner_then, inner_else = branches([n("Neg", ["y"], ["it"])], [n("Abs", ["r"], ["ie"])])
+    inner = n("If", ["cond"], ["t_out"], then_branch=inner_then, else_branch=inner_else)
+    then_g = helper.make_graph([inner], "then", [], [value("t_out", F, None)])
+    _, else_g = branches([n("Neg", ["x"], ["t_unused"])], [n("Sigmoid", ["x"], ["e_out"])])
+    return model([n("Relu", ["x"], ["r"]), n("Identity", ["r"], ["y"]),
+                  n("If", ["cond"], ["z"], then_branch=then_g, else_branch=else_g)], [value("x")], [value("z")])
+
+
 def cast_read_by_shape_and_branch():
     """PreShapeNodeElimination: a Cast read by a Shape and by a branch is no Cast read only by Shapes.
     (x has a symbolic dim, so the Shape is not folded.)"""
@@ -190,7 +201,7 @@ CASES = {f.__name__: f for f in (
     identity_read_only_in_branch, identity_read_in_branch_and_by_exp, identity_whose_input_name_the_branch_has,
     identity_graph_output_read_in_branch, identity_graph_output_read_by_exp,
     dropout_read_in_branch, identity_read_in_a_loop_inside_a_branch, identity_whose_input_name_a_nested_body_has,
-    cast_read_by_shape_and_branch,
+    identity_whose_input_name_a_nested_sibling_branch_has, cast_read_by_shape_and_branch,
     not_read_by_where_and_branch, twin_relus_both_read_in_branch, gelu_intermediate_read_in_branch,
     layer_norm_mean_read_in_branch, reshape_concat_read_in_branch, reshape_gather_read_in_branch,
     shape_only_read_in_branch_is_folded, initializer_read_only_in_branch)}

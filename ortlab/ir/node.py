@@ -73,27 +73,21 @@ class Node:
         input or output), nor has a nested subgraph that reads `old` one (onnxruntime/core/graph/
         graph_utils.cc, CanUpdateImplicitInputNameInSubgraph). Like ORT, this refuses even when `new` is
         itself an outer value the subgraph already reads, where the rename would be harmless."""
-        if old not in self.implicit_input_names():
-            return True
-        for sub in _subgraph_protos(self):
-            if new in _names_in(sub):
-                return False
-            for inner in sub.node:
-                if old in _reads_of_node(inner) and not _proto_can_rename(inner, old, new):
-                    return False
-        return True
+        return old not in self.implicit_input_names() or all(
+            _can_rename_in(sub, old, new) for sub in _graphs_of(self.attribute_protos.values()))
 
     def renames_implicit_input_safely(self, old, new):
         """True when renaming the subgraphs' outer reads of `old` to `new` keeps what they read: no subgraph
         that reads the outer `old` has its own value called `new` (which would shadow the outer one). Looser
         than can_rename_implicit_input: a subgraph that already reads the outer `new` is fine."""
-        return all(_renames_safely(sub, old, new) for sub in _subgraph_protos(self))
+        return all(_renames_safely(sub, old, new) for sub in _graphs_of(self.attribute_protos.values()))
 
     def rename_implicit_input(self, old, new):
         """Make this node's subgraphs read the outer value `new` where they read the outer value `old`
         (graph_utils.cc, UpdateImplicitInputNameInSubgraph): every read of `old` that is not a subgraph's own
-        value, nested subgraphs included, is renamed. The caller checks can_rename_implicit_input first;
-        a subgraph that defines its own `old` keeps reading it (ORT renames by name there too)."""
+        value, nested subgraphs included, is renamed (a subgraph with a value of its own called `old`, which
+        ONNX's single-assignment rule forbids anyway, keeps reading it). The caller checks
+        can_rename_implicit_input or renames_implicit_input_safely first."""
         for name, proto in list(self.attribute_protos.items()):
             if proto.type == proto.GRAPH:
                 renamed = onnx.AttributeProto()
@@ -183,27 +177,11 @@ def _subgraph_reads(graph_proto, found):
     return found
 
 
-def _subgraph_protos(node):
-    """The GraphProtos a node (an ortlab Node) holds as attributes."""
+def _graphs_of(attributes):
+    """The GraphProtos among AttributeProtos (a Node's attribute_protos.values(), a NodeProto's attribute)."""
     found = []
-    for proto in node.attribute_protos.values():
-        found += [proto.g] if proto.type == proto.GRAPH else list(proto.graphs) if proto.type == proto.GRAPHS else []
-    return found
-
-
-def _proto_subgraphs(node_proto):
-    """The GraphProtos a NodeProto holds as attributes."""
-    found = []
-    for attr in node_proto.attribute:
+    for attr in attributes:
         found += [attr.g] if attr.type == attr.GRAPH else list(attr.graphs) if attr.type == attr.GRAPHS else []
-    return found
-
-
-def _reads_of_node(node_proto):
-    """What a NodeProto inside a subgraph reads from the graph around it: explicit inputs and implicit ones."""
-    found = [name for name in node_proto.input if name]
-    for sub in _proto_subgraphs(node_proto):
-        found += _subgraph_reads(sub, [])
     return found
 
 
@@ -217,15 +195,14 @@ def _names_in(graph_proto):
     return names - {""}
 
 
-def _proto_can_rename(node_proto, old, new):
-    """can_rename_implicit_input for a node inside a subgraph (a NodeProto)."""
-    for sub in _proto_subgraphs(node_proto):
-        if new in _names_in(sub):
-            return False
-        for inner in sub.node:
-            if old in _reads_of_node(inner) and not _proto_can_rename(inner, old, new):
-                return False
-    return True
+def _can_rename_in(graph_proto, old, new):
+    """CanUpdateImplicitInputNameInSubgraph for one subgraph: it has no value called `new`, and neither has any
+    subgraph of its nodes whose subgraphs read `old` from outside (checked level by level down)."""
+    if new in _names_in(graph_proto):
+        return False
+    readers = [node for node in graph_proto.node
+               if any(old in _subgraph_reads(sub, []) for sub in _graphs_of(node.attribute))]
+    return all(_can_rename_in(sub, old, new) for node in readers for sub in _graphs_of(node.attribute))
 
 
 def _defines(graph_proto, name):
@@ -241,7 +218,7 @@ def _renames_safely(graph_proto, old, new):
         return True
     if old in _subgraph_reads(graph_proto, []) and _defines(graph_proto, new):
         return False
-    return all(_renames_safely(sub, old, new) for node in graph_proto.node for sub in _proto_subgraphs(node))
+    return all(_renames_safely(sub, old, new) for node in graph_proto.node for sub in _graphs_of(node.attribute))
 
 
 def _rename_outer_reads(graph_proto, old, new):
@@ -252,7 +229,7 @@ def _rename_outer_reads(graph_proto, old, new):
         for i, name in enumerate(node.input):
             if name == old:
                 node.input[i] = new
-        for sub in _proto_subgraphs(node):
+        for sub in _graphs_of(node.attribute):
             _rename_outer_reads(sub, old, new)
     for vi in list(graph_proto.value_info) + list(graph_proto.output):
         if vi.name == old:
