@@ -13,6 +13,7 @@ import numpy as np
 from onnx import TensorProto
 from onnx import _custom_element_types as custom
 from onnx.reference.op_run import OpRun
+from onnx.reference.ops.op_dropout import Dropout_12 as ReferenceDropout12
 from onnx.reference.ops.op_scatter_elements import scatter_elements
 
 from ortlab.engine.cpu_execution_provider import ReferenceKernel, override_reference_op
@@ -329,6 +330,28 @@ class IdentityDropout10(IdentityDropout):
     """Dropout 10 and 11 in inference as ORT runs them: y = x, a bool mask of all False."""
 
     mask_dtype = np.bool_
+
+
+# --- Dropout, opset 12 on: a seeded node's generator advances from run to run --------------------
+@override_reference_op("Dropout", 12, 10**6)
+class AdvancingDropout(ReferenceDropout12):
+    """Dropout with a `seed` draws a new mask every run of the same session, as ORT's does: its kernel makes its
+    generator once, from the seed, and each run goes on drawing where the last one stopped (the same masks, in
+    the same order, in every session). onnx.reference seeds a new generator at every call, so it repeats the
+    first mask forever. The first run's mask is onnx.reference's. ORT: onnxruntime/core/providers/cpu/nn/
+    dropout_op.h (generator_ made from the seed in the constructor, PhiloxGenerator::NextPhiloxSeeds per run)."""
+
+    def _run(self, *inputs, seed=None):
+        ratio = 0.5 if len(inputs) < 2 or inputs[1] is None else float(np.asarray(inputs[1]))
+        training = len(inputs) > 2 and inputs[2] is not None and bool(np.asarray(inputs[2]))
+        if seed is None or not training or ratio == 0:
+            return super()._run(*inputs, seed=seed)  # no seed: a fresh generator each run already
+        if getattr(self, "generator", None) is None:
+            self.generator = np.random.RandomState(seed)
+        x = inputs[0]
+        mask = self.generator.uniform(0, 1.0, x.shape) >= ratio
+        y = mask * x * (1.0 / (1.0 - ratio))
+        return (y, mask) if len(self.onnx_node.output) > 1 and self.onnx_node.output[1] else (y,)
 
 
 # --- SoftmaxCrossEntropyLoss ------------------------------------------------------------------

@@ -94,8 +94,19 @@ class Dropout(_RatioChecks):
             return data.clone(), torch.ones(data.shape, dtype=torch.bool, device=data.device)
         y, keep = torch.empty_like(data), torch.empty(data.shape, dtype=torch.bool, device=data.device)
         launch(dropout_kernel, triton.cdiv(data.numel(), BLOCK), data, y, keep, data.numel(), r,
-               draw_seed(self.seed), BLOCK=BLOCK)
+               self.next_seed(), BLOCK=BLOCK)
         return y, keep
+
+    def next_seed(self):
+        """The seed of this call: `seed` on the first, then a new one each call, so that a node kept by an EP
+        draws a new mask every run and the same masks in every new session, as ORT's CUDA Dropout does (its
+        PhiloxGenerator, made once from the seed, advances per run: onnxruntime/core/providers/cuda/nn/
+        dropout.cc). No seed: one drawn from numpy's global generator each call."""
+        if self.seed is None:
+            return draw_seed(None)
+        calls = getattr(self, "calls", 0)
+        self.calls = calls + 1
+        return int(self.seed) if calls == 0 else (int(self.seed) + calls * 0x9E3779B1) % (2**31 - 1)
 
     def invariant(self, inputs, outputs):
         data, ratio, training_mode = (list(inputs) + [None, None])[:3]
