@@ -69,9 +69,6 @@ EXCEPTIONS = {
 }
 # Rules by what a case holds (checked in this order, after EXCEPTIONS).
 RULES = {
-    "bfloat16_input": ("xfail", "engine bug: ortlab/ir/graph.py Graph.initializer_value uses onnx 1.17's "
-                                "numpy_helper.to_array, which reads a BFLOAT16 tensor's int32_data only and "
-                                "returns uninitialized memory for raw_data (how these inputs are stored)"),
     "optional_output": ("xfail", "engine gap: inside an If or Loop body the ops run on onnx.reference's own "
                                  "evaluator, whose Optional holds x as the list [x] (op_optional.py), ORT as x, "
                                  "so an optional output made there comes back wrapped (at the top level the "
@@ -104,7 +101,6 @@ def _rule(name, model, case_dir):
     elem = {v.name: v.type.tensor_type.elem_type for v in inputs + list(graph.output)
             if v.type.HasField("tensor_type")}
     checks = [
-        ("bfloat16_input", any(elem.get(v.name) == TensorProto.BFLOAT16 for v in inputs)),
         ("optional_output", any(v.type.WhichOneof("value") == "optional_type" for v in graph.output)
          and "Optional" in _subgraph_ops(graph)),
         ("no_numpy_float_output", any(elem.get(v.name) in NO_NUMPY_FLOAT for v in graph.output)),

@@ -16,6 +16,7 @@ from onnx import helper, numpy_helper, shape_inference
 from ortlab.errors import as_names
 from ortlab.ir import load_rules
 from ortlab.ir import topological_order as orders
+from ortlab.ir.tensor_value import to_array
 from ortlab.ir.errors import DuplicateProducerError, GraphError, MissingInputError
 from ortlab.ir.model_load import load_model
 from ortlab.ir.node import Node, node_label
@@ -354,7 +355,7 @@ class Graph:
         if name not in self.initializers:
             raise GraphError(f"no initializer named {name!r}; initializers: {sorted(self.initializers)[:10]}"
                              f"{'...' if len(self.initializers) > 10 else ''}")
-        return numpy_helper.to_array(self.initializers[name])
+        return to_array(self.initializers[name])
 
     # --- Resolve -----------------------------------------------------------------------------
 
