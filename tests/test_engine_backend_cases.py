@@ -69,10 +69,6 @@ EXCEPTIONS = {
 }
 # Rules by what a case holds (checked in this order, after EXCEPTIONS).
 RULES = {
-    "optional_output": ("xfail", "engine gap: inside an If or Loop body the ops run on onnx.reference's own "
-                                 "evaluator, whose Optional holds x as the list [x] (op_optional.py), ORT as x, "
-                                 "so an optional output made there comes back wrapped (at the top level the "
-                                 "engine's Optional kernel holds x, as ORT)"),
     "no_numpy_float_output": ("skip", "engine limitation: a bfloat16/float8 output's graph dtype is float32 "
                                       "(onnx.helper.tensor_dtype_to_np_dtype) while kernels produce onnx's "
                                       "custom dtypes, which OpKernelContext.output refuses; the Cast "
@@ -101,21 +97,9 @@ def _rule(name, model, case_dir):
     elem = {v.name: v.type.tensor_type.elem_type for v in inputs + list(graph.output)
             if v.type.HasField("tensor_type")}
     checks = [
-        ("optional_output", any(v.type.WhichOneof("value") == "optional_type" for v in graph.output)
-         and "Optional" in _subgraph_ops(graph)),
         ("no_numpy_float_output", any(elem.get(v.name) in NO_NUMPY_FLOAT for v in graph.output)),
     ]
     return next((RULES[key] for key, hit in checks if hit), None)
-
-
-def _subgraph_ops(graph):
-    """The op types of every node inside the bodies of `graph`'s nodes (If, Loop, Scan), at any depth."""
-    found = set()
-    for node in graph.node:
-        for attribute in node.attribute:
-            for body in ([attribute.g] if attribute.type == attribute.GRAPH else list(attribute.graphs)):
-                found |= {n.op_type for n in body.node} | _subgraph_ops(body)
-    return found
 
 
 def _marks(found):

@@ -39,9 +39,30 @@ def sessions(model):
 def test_each_run_draws_a_new_mask(seed, opset):
     for name, make in sessions(dropout_model(seed, opset)).items():
         first, second, third = masks(make())
-        assert not (first == second).all() and not (second == third).all(), name
+        if not (name == "ORT" and seed is None):  # see test_ort_after_set_seed_repeats_an_unseeded_first_mask
+            assert not (first == second).all(), name
+        assert not (second == third).all(), name
         for mask in (first, second, third):
             assert abs(mask.mean() - 0.75) < 0.1, name  # 1 - ratio of the elements kept
+
+
+def test_ort_after_set_seed_repeats_an_unseeded_first_mask():
+    """ORT 1.19.2, pinned: after onnxruntime.set_seed, a Dropout without a seed gives the same mask on its first
+    two runs, then new ones (seen at opsets 12 and 13). ortlab does not copy this: every run draws anew."""
+    ort.set_seed(0)
+    first, second, third = masks(sessions(dropout_model(None))["ORT"]())
+    assert (first == second).all() and not (second == third).all()
+
+
+def test_an_unseeded_dropout_is_reproducible_once_numpy_is_seeded():
+    """What ortlab.env.seed_everything seeds (np.random.seed) decides an unseeded node's masks."""
+    runs = []
+    for _ in range(2):
+        np.random.seed(3)
+        runs.append(masks(InferenceSession(dropout_model(None))))
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+    assert not (runs[0][0] == runs[0][1]).all()
 
 
 def test_a_new_session_draws_the_same_masks_in_the_same_order():

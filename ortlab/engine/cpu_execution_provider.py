@@ -8,6 +8,7 @@ wins; otherwise the EP creates a ReferenceKernel around the op's onnx.reference 
 the two compute differently, ortlab.engine.cpu_kernels registers ORT's behaviour explicitly.
 """
 import dataclasses
+import functools
 
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun, RuntimeContextError
@@ -29,12 +30,23 @@ ORT_CPU_DECLARATIONS = {op: decl for (domain, op), ranges in ORT_CPU_KERNEL_DECL
 
 
 def _run_params(opsets):
-    """What onnx.reference gives an OpRun when it creates one (ReferenceEvaluator._init)."""
+    """What onnx.reference gives an OpRun when it creates one (ReferenceEvaluator._init). Its new_ops are what
+    the bodies of If, Loop and Scan run with: the contrib ops, and ORT's answers (REFERENCE_OVERRIDES) at these
+    opsets, so that a node computes the same inside a subgraph as outside."""
     from ortlab.ops.contrib_ops import CONTRIB_OPS
 
+    version = opsets.get("", opsets.get("ai.onnx", 0))
+    overrides = {("", op): _named_for(op, cls) for (op, first, last), cls in REFERENCE_OVERRIDES.items()
+                 if first <= version <= last}
     return {"log": lambda *args: None, "opsets": opsets, "verbose": 0,
-            "new_ops": {(cls.op_domain, name): cls for (name, _), cls in CONTRIB_OPS.items()},
+            "new_ops": {**{(cls.op_domain, name): cls for (name, _), cls in CONTRIB_OPS.items()}, **overrides},
             "existing_functions": {}, "evaluator_cls": ReferenceEvaluator}
+
+
+@functools.lru_cache(maxsize=None)
+def _named_for(op_type, op_class):
+    """`op_class` under the name `op_type` in ONNX's domain: onnx.reference keys a new op by its class name."""
+    return type(op_type, (op_class,), {"op_domain": "", "__module__": op_class.__module__})
 
 
 # (op_type, first opset, last opset) -> an OpRun class computing ORT's answer where onnx.reference's

@@ -21,7 +21,7 @@ from ortlab.engine.kernel_registry import CPU, register_op_kernel
 from ortlab.engine.errors import KernelFailure
 from ortlab.engine.execution_frame import EMPTY_OPTIONAL
 from ortlab.ops.loss_shapes import softmax_cross_entropy_label_problem, softmax_cross_entropy_shape_problem
-from ortlab.ops.reference import label_weights
+from ortlab.ops.reference import draw_seed, label_weights
 
 FNUZ_TYPES = (TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2FNUZ)
 
@@ -335,19 +335,21 @@ class IdentityDropout10(IdentityDropout):
 # --- Dropout, opset 12 on: a seeded node's generator advances from run to run --------------------
 @override_reference_op("Dropout", 12, 10**6)
 class AdvancingDropout(ReferenceDropout12):
-    """Dropout with a `seed` draws a new mask every run of the same session, as ORT's does: its kernel makes its
-    generator once, from the seed, and each run goes on drawing where the last one stopped (the same masks, in
-    the same order, in every session). onnx.reference seeds a new generator at every call, so it repeats the
-    first mask forever. The first run's mask is onnx.reference's. ORT: onnxruntime/core/providers/cpu/nn/
-    dropout_op.h (generator_ made from the seed in the constructor, PhiloxGenerator::NextPhiloxSeeds per run)."""
+    """Dropout draws a new mask every run of the same session, as ORT's does: its kernel has one generator, and
+    each run goes on drawing where the last one stopped. With a `seed` the generator starts from it (the same
+    masks, in the same order, in every session; the first is onnx.reference's mask); without one it starts from
+    a seed drawn from numpy's global generator (so ortlab.env.seed_everything makes it reproducible, as
+    onnxruntime.set_seed does ORT's). onnx.reference makes a new generator at every call: from the seed, so it
+    repeats the first mask forever, or from the OS's entropy. ORT: onnxruntime/core/providers/cpu/nn/
+    dropout_op.h (generator_ made from the seed in the constructor, else PhiloxGenerator::Default())."""
 
     def _run(self, *inputs, seed=None):
         ratio = 0.5 if len(inputs) < 2 or inputs[1] is None else float(np.asarray(inputs[1]))
         training = len(inputs) > 2 and inputs[2] is not None and bool(np.asarray(inputs[2]))
-        if seed is None or not training or ratio == 0:
-            return super()._run(*inputs, seed=seed)  # no seed: a fresh generator each run already
+        if not training or ratio == 0:
+            return super()._run(*inputs, seed=seed)
         if getattr(self, "generator", None) is None:
-            self.generator = np.random.RandomState(seed)
+            self.generator = np.random.RandomState(draw_seed(seed))
         x = inputs[0]
         mask = self.generator.uniform(0, 1.0, x.shape) >= ratio
         y = mask * x * (1.0 / (1.0 - ratio))
@@ -481,6 +483,20 @@ def optional(ctx):
     optional_ops.cc (an input is copied into the output; without one the output is not allocated)."""
     x = ctx.input(0) if ctx.input_count else None
     return EMPTY_OPTIONAL if x is None else x
+
+
+@override_reference_op("Optional", 15, 10**6)
+class SubgraphOptional(OpRun):
+    """Optional inside an If, Loop or Scan body (run by onnx.reference's evaluator): Optional(x) holds x, as
+    ORT's does, where onnx.reference's holds [x], so the If returned a list. An empty optional cannot travel
+    between onnx.reference's ops (an OpRun may not return None), so Optional() there is refused, loudly."""
+
+    def _run(self, x=None, type=None):  # noqa: A002 (ONNX's attribute name)
+        if x is None:
+            raise KernelFailure("Optional() without an input (an empty optional) inside a subgraph is not modelled "
+                                "by the engine (onnx.reference's evaluator runs the body); at the top level of the "
+                                "graph it is")
+        return (x,)
 
 
 # --- MaxPool ----------------------------------------------------------------------------------
