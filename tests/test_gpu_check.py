@@ -306,8 +306,9 @@ def test_model_timeline_replays_measured_durations():
 
 
 # ---- the whole script, dry, with onnxruntime blocked ---------------------------------------------
-BLOCKER = """
-import os, runpy, sys
+# A script's first lines that make any import of onnxruntime fail, and log it to $ORTLAB_TEST_IMPORT_LOG
+BLOCK_ONNXRUNTIME = """
+import json, os, runpy, sys
 class Block:
     def find_spec(self, name, path=None, target=None):
         if name == "onnxruntime" or name.startswith("onnxruntime."):
@@ -316,7 +317,8 @@ class Block:
             raise ImportError("onnxruntime is blocked: the GPU machines have none")
 sys.meta_path.insert(0, Block())
 sys.modules.pop("onnxruntime", None)
-sys.argv = ["gpu_check", "--dry-run", "--out", sys.argv[1]]
+"""
+BLOCKER = BLOCK_ONNXRUNTIME + """sys.argv = ["gpu_check", "--dry-run", "--out", sys.argv[1]]
 runpy.run_module("ortlab.benchmarks.gpu_check", run_name="__main__")
 """
 

@@ -19,6 +19,7 @@ from ortlab.benchmarks import gpu_check, gpu_engine, gpu_record
 from ortlab.benchmarks.gpu_engine import GRAPHS, SIZES, check_engine, compare_output, kept_fraction
 from ortlab.benchmarks.gpu_registry import PARTS, Context, Part, Skip, time_left
 from ortlab.cuda import op_kernels
+from test_gpu_check import BLOCK_ONNXRUNTIME  # the first lines of a script run with onnxruntime blocked
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,17 +97,7 @@ def test_kept_fraction_is_1_minus_ratio_within_5_binomial_standard_deviations():
 
 
 # ---- the whole part, onnxruntime blocked, the device replaced by the CPU runner and Triton's interpreter ------
-BLOCKED_RUN = """
-import json, os, sys
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name == "onnxruntime" or name.startswith("onnxruntime."):
-            with open(os.environ["ORTLAB_TEST_IMPORT_LOG"], "a") as log:
-                log.write(name + "\\n")
-            raise ImportError("onnxruntime is blocked: the GPU machines have none")
-sys.meta_path.insert(0, Block())
-sys.modules.pop("onnxruntime", None)
-from ortlab.benchmarks import gpu_check, gpu_engine
+BLOCKED_RUN = BLOCK_ONNXRUNTIME + """from ortlab.benchmarks import gpu_check, gpu_engine
 from ortlab.benchmarks.gpu_registry import Context, Skip
 try:
     gpu_engine.part_engine_eps(Context(dry_run=True))
