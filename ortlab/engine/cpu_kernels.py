@@ -499,6 +499,23 @@ class SubgraphOptional(OpRun):
         return (x,)
 
 
+# --- ConcatFromSequence -----------------------------------------------------------------------
+@override_reference_op("ConcatFromSequence", 11, 10**6)
+class OrtConcatFromSequence(OpRun):
+    """y = concatenate(seq, axis), or with new_axis=1 stack(seq, axis): a new axis at position `axis` (the ONNX
+    spec; onnx.reference stacks at the last axis whatever `axis` says, silently). ORT: onnxruntime/core/
+    providers/cpu/sequence/concat_from_sequence.cc (an empty sequence is refused)."""
+
+    def _run(self, seq, axis=None, new_axis=None):
+        if not seq:
+            raise KernelFailure("ConcatFromSequence: the input sequence is empty; there is nothing to concatenate")
+        try:
+            return ((np.stack if new_axis else np.concatenate)(seq, axis=axis),)
+        except ValueError as exc:  # numpy AxisError is a ValueError
+            raise KernelFailure(f"ConcatFromSequence(axis={axis}, new_axis={new_axis or 0}) of elements shaped "
+                                f"{[s.shape for s in seq]}: {exc}") from None
+
+
 # --- MaxPool ----------------------------------------------------------------------------------
 def ort_pool_output_size(size, kernel, stride, pads, dilation, ceil_mode):
     """ORT 1.19's pooled length: (in + pads - dilation*(k-1) - 1) / stride + 1 in float, floored

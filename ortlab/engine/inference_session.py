@@ -395,6 +395,8 @@ class InferenceSession:
         if value is None:
             raise InvalidArgument(f"feed {name!r} is None: only an input of optional type takes None (an empty "
                                   f"optional); {name!r} is a {_type_text(arg.type_proto)}, feed an array")
+        if isinstance(value, list):
+            value = _list_as_array(name, value, arg)
         return self._check_tensor_feed(name, value, arg)
 
     def _check_sequence_feed(self, name, value, element):
@@ -446,6 +448,25 @@ class InferenceSession:
         counts = {ep: len(nodes) for ep, nodes in self.state.placements().items()}
         return (f"ortlab.engine.InferenceSession(graph {self.graph.name!r}, providers={self.get_providers()}, "
                 f"nodes per EP={counts}, memcpy nodes={self.memcpy_count})")
+
+
+def _list_as_array(name, value, arg):
+    """A Python list fed for a tensor input, as an array of the input's element type (ORT's Python binding
+    converts it so; onnxruntime_pybind_mlvalue.cc). Where ORT would drop fractions silently (floats into an
+    integer type), refused."""
+    expected = arg.dtype
+    if expected is None or arg.elem_type == onnx.TensorProto.STRING:
+        return value
+    try:
+        natural, array = np.asarray(value), np.asarray(value, dtype=expected)
+    except (ValueError, TypeError) as exc:
+        raise InvalidArgument(f"feed {name!r}: could not create a tensor({_name(arg.elem_type)}) from the given "
+                              f"list ({exc}); feed a numpy array") from None
+    if natural.dtype.kind in "fc" and array.dtype.kind in "iub" and not np.array_equal(natural, array):
+        raise InvalidArgument(f"feed {name!r}: the list holds numbers with a fraction and the input is "
+                              f"tensor({_name(arg.elem_type)}); ORT 1.19.2 would drop the fractions without a "
+                              "word. Round them yourself and feed an integer array")
+    return array
 
 
 def _feed_shape(value):

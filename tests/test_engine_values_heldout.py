@@ -1,0 +1,65 @@
+"""Held-out probes of sequence and optional values, feeds and Dropout in the engine, each run in ORT 1.19.2 too.
+
+Facts from ORT (each asserted on the real session below): ConcatFromSequence with new_axis=1 stacks its
+elements along a new axis at position `axis` (the ONNX spec; onnx.reference always stacks at the end); a
+Python list fed for a tensor input is taken as an array of the input's element type.
+"""
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from ortlab.engine import InferenceSession
+from ortlab.errors import OrtlabError
+
+SEQ = h.make_sequence_type_proto(h.make_tensor_type_proto(T.FLOAT, None))
+
+
+def model(nodes, inputs, outputs, opset=18):
+    return h.make_model(h.make_graph(nodes, "g", inputs, outputs), opset_imports=[h.make_opsetid("", opset)])
+
+
+def both(m, feeds):
+    ours = InferenceSession(m).run(None, feeds)
+    theirs = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    return ours, theirs
+
+
+def assert_equal(ours, theirs):
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1, -2])
+def test_concat_from_sequence_new_axis_stacks_at_axis_as_ort(axis):
+    m = model([h.make_node("ConcatFromSequence", ["s"], ["y"], axis=axis, new_axis=1)],
+              [h.make_value_info("s", SEQ)], [h.make_tensor_value_info("y", T.FLOAT, None)])
+    seq = [np.arange(6, dtype=np.float32).reshape(2, 3) + 10 * i for i in range(4)]
+    ours, theirs = both(m, {"s": seq})
+    np.testing.assert_array_equal(theirs[0], np.stack(seq, axis=axis))  # the spec, independently of ORT
+    assert_equal(ours, theirs)
+
+
+def identity(elem_type, shape):
+    return model([h.make_node("Identity", ["x"], ["y"])], [h.make_tensor_value_info("x", elem_type, shape)],
+                 [h.make_tensor_value_info("y", elem_type, shape)])
+
+
+@pytest.mark.parametrize("elem_type, shape, value", [
+    (T.FLOAT, [2], [1.0, 2.0]), (T.FLOAT, [2], [1, 2]), (T.INT32, [2], [1, 2]), (T.FLOAT16, [2], [1.5, 2.0]),
+    (T.FLOAT, [2, 1], [[1.0], [2.0]]), (T.BOOL, [2], [True, False]), (T.INT64, [2], [3, -4]),
+    (T.STRING, [2], ["a", "bc"])])
+def test_a_python_list_feed_becomes_the_inputs_element_type_as_ort(elem_type, shape, value):
+    ours, theirs = both(identity(elem_type, shape), {"x": value})
+    assert_equal(ours, theirs)
+
+
+def test_a_list_of_fractions_for_an_integer_input_is_refused_where_ort_truncates():
+    m = identity(T.INT64, [2])
+    theirs = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": [1.5, 2.0]})
+    np.testing.assert_array_equal(theirs[0], [1, 2])  # ORT drops the fraction without a word
+    with pytest.raises(OrtlabError, match="fraction"):
+        InferenceSession(m).run(None, {"x": [1.5, 2.0]})
