@@ -63,3 +63,35 @@ def test_a_list_of_fractions_for_an_integer_input_is_refused_where_ort_truncates
     np.testing.assert_array_equal(theirs[0], [1, 2])  # ORT drops the fraction without a word
     with pytest.raises(OrtlabError, match="fraction"):
         InferenceSession(m).run(None, {"x": [1.5, 2.0]})
+
+
+def bfloat16_tensor(name, values):
+    """A BFLOAT16 TensorProto in raw_data: each float32's upper 16 bits (values chosen exact in bfloat16)."""
+    values = np.asarray(values, np.float32)
+    bits = (values.view(np.uint32) >> np.uint32(16)).astype("<u2")
+    return h.make_tensor(name, T.BFLOAT16, values.shape, vals=bits.tobytes(), raw=True)
+
+
+BF16_VALUES = np.array([[1.0, -2.25], [2.0 ** 127, 2.0 ** -10]], np.float32)
+
+
+@pytest.mark.parametrize("body_op", ["If", "Loop"])
+def test_a_bfloat16_constant_inside_a_body_holds_its_values_as_ort(body_op):
+    value = bfloat16_tensor("", BF16_VALUES)
+    out = h.make_tensor_value_info("o", T.FLOAT, None)
+    nodes = [h.make_node("Constant", [], ["w"], value=value), h.make_node("Cast", ["w"], ["o"], to=T.FLOAT)]
+    if body_op == "If":
+        body = h.make_graph(nodes, "b", [], [out])
+        node = h.make_node("If", ["c"], ["y"], then_branch=body, else_branch=body)
+        feeds, inputs = {"c": np.array(True)}, [h.make_tensor_value_info("c", T.BOOL, [])]
+    else:
+        body = h.make_graph(nodes + [h.make_node("Identity", ["cond"], ["cond_out"])], "b",
+                            [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond", T.BOOL, [])],
+                            [h.make_tensor_value_info("cond_out", T.BOOL, []), out])
+        node = h.make_node("Loop", ["n", ""], ["y"], body=body)
+        feeds, inputs = {"n": np.array(1)}, [h.make_tensor_value_info("n", T.INT64, [])]
+    m = model([node], inputs, [h.make_tensor_value_info("y", T.FLOAT, None)])
+    ours, theirs = both(m, feeds)
+    expected = BF16_VALUES if body_op == "If" else BF16_VALUES[None]
+    np.testing.assert_array_equal(theirs[0], expected)  # exact in bfloat16, so the float32s come back
+    assert_equal(ours, theirs)

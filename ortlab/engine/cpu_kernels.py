@@ -10,9 +10,12 @@ Types numpy lacks (bfloat16, float8, int4): onnx.reference holds them in onnx's 
 dtypes (onnx._custom_element_types); the kernels below produce those too.
 """
 import numpy as np
-from onnx import TensorProto
+from onnx import AttributeProto, TensorProto
 from onnx import _custom_element_types as custom
 from onnx.reference.op_run import OpRun
+from onnx.reference.ops.op_constant import Constant_9 as ReferenceConstant9
+from onnx.reference.ops.op_constant import Constant_11 as ReferenceConstant11
+from onnx.reference.ops.op_constant import Constant_12 as ReferenceConstant12
 from onnx.reference.ops.op_dropout import Dropout_12 as ReferenceDropout12
 from onnx.reference.ops.op_scatter_elements import scatter_elements
 
@@ -20,6 +23,7 @@ from ortlab.engine.cpu_execution_provider import ReferenceKernel, override_refer
 from ortlab.engine.kernel_registry import CPU, register_op_kernel
 from ortlab.engine.errors import KernelFailure
 from ortlab.engine.execution_frame import EMPTY_OPTIONAL
+from ortlab.ir.tensor_value import to_array as tensor_to_array
 from ortlab.ops.loss_shapes import softmax_cross_entropy_label_problem, softmax_cross_entropy_shape_problem
 from ortlab.ops.reference import draw_seed, label_weights
 
@@ -497,6 +501,30 @@ class SubgraphOptional(OpRun):
                                 "by the engine (onnx.reference's evaluator runs the body); at the top level of the "
                                 "graph it is")
         return (x,)
+
+
+# --- Constant in a body ------------------------------------------------------------------------
+def _bfloat16_constant(reference_class):
+    """`reference_class` (onnx.reference's Constant) whose BFLOAT16 `value` attribute is read bit for bit: onnx's
+    attribute conversion (numpy_helper.to_array) returns uninitialized memory for a BFLOAT16 tensor in
+    raw_data, silently, inside If/Loop/Scan bodies (at the top level the IR reads it). ORT: onnxruntime/core/
+    providers/cpu/generator/constant.cc via the initializer it becomes."""
+
+    class BFloat16Constant(reference_class):
+        def __init__(self, onnx_node, run_params):
+            super().__init__(onnx_node, run_params)
+            for att in onnx_node.attribute:
+                if att.name == "value" and att.type == AttributeProto.TENSOR \
+                        and att.t.data_type == TensorProto.BFLOAT16:
+                    self.value = self.cst = tensor_to_array(att.t)
+
+    BFloat16Constant.__doc__ = _bfloat16_constant.__doc__
+    return BFloat16Constant
+
+
+override_reference_op("Constant", 1, 10)(_bfloat16_constant(ReferenceConstant9))
+override_reference_op("Constant", 11, 11)(_bfloat16_constant(ReferenceConstant11))
+override_reference_op("Constant", 12, 10**6)(_bfloat16_constant(ReferenceConstant12))
 
 
 # --- ConcatFromSequence -----------------------------------------------------------------------
