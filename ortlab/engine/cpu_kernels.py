@@ -16,6 +16,7 @@ from onnx.reference.op_run import OpRun
 from onnx.reference.ops.op_constant import Constant_9 as ReferenceConstant9
 from onnx.reference.ops.op_constant import Constant_11 as ReferenceConstant11
 from onnx.reference.ops.op_constant import Constant_12 as ReferenceConstant12
+from onnx.reference.ops.op_constant_of_shape import ConstantOfShape as ReferenceConstantOfShape
 from onnx.reference.ops.op_dropout import Dropout_12 as ReferenceDropout12
 from onnx.reference.ops.op_scatter_elements import scatter_elements
 
@@ -503,28 +504,31 @@ class SubgraphOptional(OpRun):
         return (x,)
 
 
-# --- Constant in a body ------------------------------------------------------------------------
-def _bfloat16_constant(reference_class):
-    """`reference_class` (onnx.reference's Constant) whose BFLOAT16 `value` attribute is read bit for bit: onnx's
-    attribute conversion (numpy_helper.to_array) returns uninitialized memory for a BFLOAT16 tensor in
-    raw_data, silently, inside If/Loop/Scan bodies (at the top level the IR reads it). ORT: onnxruntime/core/
-    providers/cpu/generator/constant.cc via the initializer it becomes."""
+# --- Constant and ConstantOfShape: BFLOAT16 attributes -------------------------------------------
+def _reads_bfloat16_attributes(reference_class):
+    """`reference_class` (an onnx.reference OpRun) whose BFLOAT16 tensor attributes are read bit for bit: onnx's
+    attribute conversion returns wrong values for a BFLOAT16 tensor in raw_data, silently (uninitialized memory,
+    or the bits as uint16). ORT: onnxruntime/core/providers/cpu/generator/constant_of_shape_base.h and
+    constant.cc (via the initializer it becomes) read the bits."""
 
-    class BFloat16Constant(reference_class):
+    class ReadsBFloat16Attributes(reference_class):
         def __init__(self, onnx_node, run_params):
             super().__init__(onnx_node, run_params)
             for att in onnx_node.attribute:
-                if att.name == "value" and att.type == AttributeProto.TENSOR \
-                        and att.t.data_type == TensorProto.BFLOAT16:
-                    self.value = self.cst = tensor_to_array(att.t)
+                if att.type == AttributeProto.TENSOR and att.t.data_type == TensorProto.BFLOAT16:
+                    setattr(self, att.name, tensor_to_array(att.t))
+                    if att.name == "value" and hasattr(self, "cst"):  # each keeps its value twice
+                        self.cst = self.value.reshape(-1)[:1].reshape(()) if isinstance(self, ReferenceConstantOfShape) \
+                            else self.value
 
-    BFloat16Constant.__doc__ = _bfloat16_constant.__doc__
-    return BFloat16Constant
+    ReadsBFloat16Attributes.__doc__ = _reads_bfloat16_attributes.__doc__
+    return ReadsBFloat16Attributes
 
 
-override_reference_op("Constant", 1, 10)(_bfloat16_constant(ReferenceConstant9))
-override_reference_op("Constant", 11, 11)(_bfloat16_constant(ReferenceConstant11))
-override_reference_op("Constant", 12, 10**6)(_bfloat16_constant(ReferenceConstant12))
+override_reference_op("Constant", 1, 10)(_reads_bfloat16_attributes(ReferenceConstant9))
+override_reference_op("Constant", 11, 11)(_reads_bfloat16_attributes(ReferenceConstant11))
+override_reference_op("Constant", 12, 10**6)(_reads_bfloat16_attributes(ReferenceConstant12))
+override_reference_op("ConstantOfShape", 9, 10**6)(_reads_bfloat16_attributes(ReferenceConstantOfShape))
 
 
 # --- ConcatFromSequence -----------------------------------------------------------------------
