@@ -59,7 +59,8 @@ def test_a_python_list_feed_becomes_the_inputs_element_type_as_ort(elem_type, sh
 
 def test_a_list_of_fractions_for_an_integer_input_is_refused_where_ort_truncates():
     m = identity(T.INT64, [2])
-    theirs = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": [1.5, 2.0]})
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    theirs = session.run(None, {"x": [1.5, 2.0]})
     np.testing.assert_array_equal(theirs[0], [1, 2])  # ORT drops the fraction without a word
     with pytest.raises(OrtlabError, match="fraction"):
         InferenceSession(m).run(None, {"x": [1.5, 2.0]})

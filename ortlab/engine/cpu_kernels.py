@@ -518,8 +518,8 @@ def _reads_bfloat16_attributes(reference_class):
                 if att.type == AttributeProto.TENSOR and att.t.data_type == TensorProto.BFLOAT16:
                     setattr(self, att.name, tensor_to_array(att.t))
                     if att.name == "value" and hasattr(self, "cst"):  # each keeps its value twice
-                        self.cst = self.value.reshape(-1)[:1].reshape(()) if isinstance(self, ReferenceConstantOfShape) \
-                            else self.value
+                        of_shape = isinstance(self, ReferenceConstantOfShape)  # a 1-element value: its 0-d
+                        self.cst = self.value.reshape(()) if of_shape else self.value
 
     ReadsBFloat16Attributes.__doc__ = _reads_bfloat16_attributes.__doc__
     return ReadsBFloat16Attributes
