@@ -46,7 +46,7 @@ def partition(graph, providers, logger):
 def remove_duplicate_casts(graph, logger):
     """What TransformGraph runs next at every level: InsertCastTransformer's RemoveDuplicateCastTransformer
     (onnxruntime/core/optimizer/insert_cast_transformer.cc; ortlab.memory.session_graph mirrors it)."""
-    from ortlab.transformers.session_transforms import remove_duplicate_casts as remove
+    from ortlab.transformers.remove_duplicate_cast import remove_duplicate_casts as remove
 
     for name in remove(graph):
         logger.info("insert_cast_transformer.cc RemoveDuplicateCastTransformer", f"Removed Cast node {name}")

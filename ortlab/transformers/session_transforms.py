@@ -2,15 +2,14 @@
 
 Mirrors onnxruntime/core/framework/graph_partitioner.cc (InlineNodes: a node no EP claims whose schema has a
 function body is replaced by the body, in node-index order; Graph::InlineFunction appends the body's nodes
-with new indices and prefixes the body's internal values with a unique "_inlfunc_<Op>" identifier) and
-onnxruntime/core/optimizer/insert_cast_transformer.cc (RemoveDuplicateCastTransformer, which
-InferenceSession::TransformGraph runs after partitioning at every level, ORT_DISABLE_ALL included: Cast
-pairs that undo each other are dropped). On the CPU EP of the training wheel the one function op in
+with new indices and prefixes the body's internal values with a unique "_inlfunc_<Op>" identifier). The
+other transform of every level, RemoveDuplicateCastTransformer, is ortlab.transformers.remove_duplicate_cast.
+On the CPU EP of the training wheel the one function op in
 ortlab's gradient graphs is com.microsoft DivGrad (no CPU kernel; its body in
 orttraining/orttraining/core/graph/training_op_defs.cc); node indices matter because ORT's default order is
 a reverse DFS that visits producers by index.
 """
-from onnx import TensorProto, helper
+from onnx import helper
 
 
 MS = "com.microsoft"
@@ -63,66 +62,3 @@ def inline_nodes(graph):
         inline_function(graph, node, _unique_identifier(graph, node.op_type, used))
         inlined.append(node.op_type)
     return inlined
-
-
-T = TensorProto
-TYPE_GROUPS = {T.BOOL: 0, **dict.fromkeys((T.INT8, T.INT16, T.INT32, T.INT64, T.UINT8, T.UINT16, T.UINT32,
-                                             T.UINT64), 1),
-               **dict.fromkeys((T.BFLOAT16, T.DOUBLE, T.FLOAT, T.FLOAT16), 2)}  # GetTypeGroup
-
-
-def _elem_type(graph, name, types):
-    arg = graph.node_arg(name)
-    type_proto = (types or {}).get(name) or (arg.type_proto if arg is not None else None)
-    if type_proto is None or not type_proto.HasField("tensor_type"):
-        return None
-    return type_proto.tensor_type.elem_type
-
-
-def _cast_types(graph, cast, types):
-    """(input elem type, output elem type, their type groups) of a Cast node; groups None if unknown."""
-    src, dst = _elem_type(graph, cast.inputs[0].name, types), _elem_type(graph, cast.outputs[0].name, types)
-    return src, dst, TYPE_GROUPS.get(src), TYPE_GROUPS.get(dst)
-
-
-def _is_cast(node):
-    return node.op_type == "Cast" and node.domain in ("", "ai.onnx")
-
-
-def remove_duplicate_casts(graph, types=None):
-    """RemoveDuplicateCastTransformer::ApplyImpl, one pass in node-index order; returns the removed
-    Casts' names. A Cast's Cast children that cast back to its input type (and are not graph outputs)
-    are removed, their readers reading the first Cast's input; the first Cast goes too when every one of
-    its output edges went to a Cast. Not for non-numeric casts, nor when a lossy Cast (float -> int, int
-    -> bool) is followed by a widening one, nor a Cast whose output a subgraph reads (an implicit input's
-    edge is no Cast's). types: {value name: TypeProto} (default: the node args')."""
-    removed = []
-    read_by_subgraphs = {name for node in graph.nodes() for name in node.implicit_input_names()}
-    for node in list(graph.nodes()):
-        if not graph.has_node(node) or not _is_cast(node):
-            continue
-        src, dst, src_group, dst_group = _cast_types(graph, node, types)
-        if src_group is None or dst_group is None:
-            continue
-        out, inp = node.outputs[0].name, node.inputs[0].name
-        edges = [c for c in graph.consumers(out) for a in c.inputs if a.name == out]
-        drop, keep, inconsistent = [], [], False
-        for child in (c for c in edges if _is_cast(c)):
-            src1, dst1, group_in, group_out = _cast_types(graph, child, types)
-            if group_in is None or group_out is None or (src_group > dst_group and group_out > group_in):
-                inconsistent = True
-                break
-            fits = child.outputs[0].name not in graph.outputs and child.outputs[0].name not in read_by_subgraphs \
-                and src == dst1 and src1 == dst
-            (drop if fits else keep).append(child)
-        if inconsistent:
-            continue
-        for child in drop:
-            graph.replace_all_uses(child.outputs[0].name, inp)
-            removed.append(child.name)
-            graph.remove_node(child)
-        if edges and len(drop) + len(keep) == len(edges) and out not in graph.outputs and out not in read_by_subgraphs:
-            graph.replace_all_uses(out, inp)
-            removed.append(node.name)
-            graph.remove_node(node)
-    return removed
