@@ -416,12 +416,12 @@ def test_loop_scan_outputs_match_ort(trips):
     "test_cast_FLOAT_to_BFLOAT16",
     "test_mvn", "test_scan_sum"])
 def test_unrunnable_case_raises_an_ortlab_error(case):
-    """A case the engine cannot run raises an OrtlabError subclass naming the input or node, not a raw
+    """A case the engine cannot run raises an OrtlabError subclass naming the input, output or node, not a raw
     numpy or onnx exception."""
     model, feeds = load_case(os.path.join(probe.node_test_dir(), case))
     with pytest.raises(OrtlabError) as info:
         run_engine(model, feeds)
-    names = [v.name for v in model.graph.input] + ["node", "Could not find an implementation"]
+    names = [v.name for v in (*model.graph.input, *model.graph.output)] + ["node", "Could not find an implementation"]
     assert any(n in str(info.value) for n in names), str(info.value)
 
 

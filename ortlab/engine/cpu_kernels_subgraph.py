@@ -11,6 +11,7 @@ from onnx.reference.ops.op_sequence_map import SequenceMap as ReferenceSequenceM
 
 from ortlab.engine.cpu_execution_provider import ReferenceKernel
 from ortlab.engine.kernel_registry import CPU, register_op_kernel
+from ortlab.ir.tensor_value import np_dtype
 
 
 # --- Loop -------------------------------------------------------------------------------------
@@ -48,13 +49,11 @@ class StackingLoop(ReferenceLoop):
     def _empty_scan(self, k):
         """ORT's output of a scan that ran zero times: [0] + the body output's dims (0 for a
         symbolic one), [0] when the body declares no shape (loop.cc, LoopImpl::Execute)."""
-        from onnx import helper
-
         body = next(a.g for a in self.onnx_node.attribute if a.name == "body")
         t = body.output[1 + self.N + k].type.tensor_type
         dims = [d.dim_value if d.HasField("dim_value") else 0 for d in t.shape.dim] \
             if t.HasField("shape") else []
-        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type) if t.elem_type else np.float32
+        dtype = np_dtype(t.elem_type) if t.elem_type else np.float32
         return np.zeros([0] + dims, dtype=dtype)
 
 

@@ -261,8 +261,14 @@ class InferenceSession:
         # a weight comes back as a fresh copy each run; a graph input that is also an output is the caller's own
         # array, as ORT 1.19.2 returns it (tests/test_engine_hostile.py pins ORT's behaviour)
         weights = set(self.graph.initializers)
-        return [np.array(v) if name in weights else v for name, v in
-                ((name, self._to_host(frame.fetch(name))) for name in fetches)]
+        outputs = [(name, self._to_host(frame.fetch(name))) for name in fetches]
+        for name, value in outputs:
+            if getattr(getattr(value, "dtype", None), "names", None):
+                raise InvalidArgument(f"No corresponding Numpy type for Tensor Type. (output {name!r} is "
+                                      f"tensor({_name(self.graph.node_arg(name).elem_type)}), which numpy has no "
+                                      "type for; ORT 1.19.2's run() fails the same way.) Cast it to float inside "
+                                      "the graph to read it")
+        return [np.array(v) if name in weights else v for name, v in outputs]
 
     def io_binding(self):
         """A new IOBinding for this session (ORT: InferenceSession.io_binding()): bind inputs and outputs
@@ -420,14 +426,17 @@ class InferenceSession:
             return array.astype(object)  # tensor(string): numpy str or object arrays, as ORT takes them
         if array.dtype == object:
             raise InvalidArgument(f"feed {name!r}: Unable to handle object of type {type(value).__name__}")
-        expected = arg.dtype
-        if expected is not None and array.dtype.newbyteorder("=") != np.dtype(expected):
-            try:
-                got = _name(helper.np_dtype_to_tensor_dtype(array.dtype.newbyteorder("=")))
-            except Exception:  # noqa: BLE001 (a numpy type ONNX has no name for)
-                got = str(array.dtype)
-            raise InvalidArgument(f"Unexpected input data type. Actual: (tensor({got})) , expected: "
-                                  f"(tensor({_name(arg.elem_type)})) for input {name!r}")
+        expected = arg.np_dtype
+        if expected is not None and expected.names:  # bfloat16, float8, int4: numpy has no such type
+            raise InvalidArgument(f"Unexpected input data type. Actual: (tensor({_feed_type_name(array)})) , "
+                                  f"expected: (tensor({_name(arg.elem_type)})) for input {name!r}. ORT 1.19.2's "
+                                  f"run() takes no numpy array for a tensor({_name(arg.elem_type)}) input, as numpy "
+                                  "has no such type: feed float32 and Cast inside the graph")
+        if array.dtype.names:  # an onnx.reference stand-in fed to a numpy type: ORT reads its storage type
+            array = array.view(next(iter(array.dtype.fields.values()))[0])
+        if expected is not None and array.dtype.newbyteorder("=") != expected:
+            raise InvalidArgument(f"Unexpected input data type. Actual: (tensor({_feed_type_name(array)})) , "
+                                  f"expected: (tensor({_name(arg.elem_type)})) for input {name!r}")
         if not array.dtype.isnative:
             raise InvalidArgument(
                 f"feed {name!r} is {array.dtype.newbyteorder('=')} in non-native byte order ({array.dtype.str}); "
@@ -486,6 +495,17 @@ def _type_text(type_proto):
     if kind in ("sequence_type", "optional_type"):
         return f"{kind[:-5]}({_type_text(getattr(type_proto, kind).elem_type)})"
     return kind or "value of unknown type"
+
+
+def _feed_type_name(array):
+    """The element type ORT reads a numpy array as: ONNX's name for its dtype; onnx.reference's stand-ins
+    (bfloat16 is (uint16, [('bfloat16', '<u2')])) as their storage type, 'uint16'."""
+    dtype = array.dtype.newbyteorder("=")
+    dtype = next(iter(dtype.fields.values()))[0].newbyteorder("=") if dtype.names else dtype
+    try:
+        return _name(helper.np_dtype_to_tensor_dtype(dtype))
+    except Exception:  # noqa: BLE001 (a numpy type ONNX has no name for)
+        return str(array.dtype)
 
 
 def _name(elem_type):

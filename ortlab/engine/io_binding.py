@@ -190,9 +190,9 @@ class IOBinding:
         """A buffer of another type than the graph output's fails as ORT's ValidateOutputs does."""
         for name, bound in self._outputs.items():
             arg = self.session.graph.node_arg(name)
-            if bound.buffer is None or arg.dtype is None:
+            if bound.buffer is None or arg.np_dtype is None:
                 continue
-            got, want = np.dtype(bound.provider.dtype_of(bound.buffer)), np.dtype(arg.dtype)
+            got, want = np.dtype(bound.provider.dtype_of(bound.buffer)), arg.np_dtype
             if got != want:
                 raise InvalidArgument(f"Unexpected output data type. Actual: (tensor({_onnx_name(got)})) "
                                       f", expected: (tensor({_onnx_name(want)})) for output {name!r}; bind a "

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ortlab.engine.errors import EngineError
+from ortlab.ir.tensor_value import STAND_INS, dtype_name
 from ortlab.ops.kernel_def import KernelDef
 from ortlab.engine.op_kernel import FunctionKernel, OpKernel
 from ortlab.onnx_defs import op_key
@@ -189,9 +190,9 @@ def _since_version(name, value):
     return int(value)
 
 
-# the element types as the graph names them (NodeArg.dtype: str of onnx's numpy type)
+# the element types as the graph names them (NodeArg.dtype: numpy's name, or TensorProto's for a type numpy lacks)
 DTYPE_NAMES = ("bool", "complex128", "complex64", "float16", "float32", "float64", "int16", "int32", "int64",
-               "int8", "object", "uint16", "uint32", "uint64", "uint8")
+               "int8", "object", "uint16", "uint32", "uint64", "uint8", *sorted(map(dtype_name, STAND_INS)))
 
 
 def _dtype_name(name):

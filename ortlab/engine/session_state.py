@@ -11,7 +11,6 @@ exactly where ORT's plan says.
 """
 from dataclasses import dataclass, field
 
-import numpy as np
 from onnx import StringStringEntryProto
 
 from ortlab.engine.errors import EngineError
@@ -110,7 +109,7 @@ class SessionState:
             inputs=[index[a.name] if a.exists() else -1 for a in node.inputs],
             outputs=[index[o.name] if o.exists() else -1 for o in node.outputs],
             implicit=[(name, index[name]) for name in node.implicit_input_names() if name in index],
-            output_dtypes=[np.dtype(a.dtype) if a is not None and a.dtype else None for a in args],
+            output_dtypes=[a.np_dtype if a is not None else None for a in args],
             output_shapes=[_expected_shape(a) for a in args],
             graph_outputs=[o.name in self.graph.outputs for o in node.outputs],
             output_providers=[self.cpu if kdef.is_output_on_cpu(i) else provider for i in range(len(node.outputs))])

@@ -9,6 +9,8 @@ import weakref
 import onnx
 from onnx import helper
 
+from ortlab.ir.tensor_value import dtype_name, np_dtype
+
 
 class NodeArg:
     """A value in the graph: name (its identity), type and shape when known."""
@@ -32,9 +34,16 @@ class NodeArg:
 
     @property
     def dtype(self):
-        """The element type as a string (e.g. 'float32'), or None when unknown."""
+        """The element type's name (e.g. 'float32', 'bfloat16'), or None when unknown."""
         et = self.elem_type
-        return None if et is None else str(helper.tensor_dtype_to_np_dtype(et))
+        return None if et is None else dtype_name(et)
+
+    @property
+    def np_dtype(self):
+        """The numpy dtype values are held in (onnx.reference's stand-in for bfloat16, float8 and int4),
+        or None when unknown."""
+        et = self.elem_type
+        return None if et is None else np_dtype(et)
 
     @property
     def shape(self):

@@ -17,9 +17,9 @@ onnxruntime/core/framework/alloc_kind.h's.
 """
 from dataclasses import dataclass, field
 
-import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
+from ortlab.ir.tensor_value import np_dtype
 from ortlab.memory.lifetimes import node_reads as reads
 from ortlab.ops.kernel_declarations import ort_declaration
 
@@ -35,7 +35,7 @@ def element_size(type_proto):
     elem = type_proto.tensor_type.elem_type
     if elem == TensorProto.STRING:
         return 0
-    return np.dtype(helper.tensor_dtype_to_np_dtype(elem)).itemsize
+    return np_dtype(elem).itemsize
 
 
 def is_string(type_proto):
