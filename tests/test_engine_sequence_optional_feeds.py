@@ -178,3 +178,27 @@ def test_an_empty_optional_made_inside_a_branch_is_refused_not_miscounted():
     assert ort_run(m, feeds)[0] is None  # ORT: an empty optional
     with pytest.raises(OrtlabError, match="empty optional.*inside a subgraph is not modelled"):
         InferenceSession(m).run(None, feeds)
+
+
+@pytest.mark.parametrize("feed", [None, np.array([1.0, 2.0], np.float32)], ids=["empty", "holding"])
+def test_identity_of_an_optional_passes_it_on_as_ort(feed):
+    """From opset 16 Identity takes an optional; an empty one comes out empty (onnx.reference's Identity
+    cannot return nothing; ortlab's CPU EP passes it on, as ORT's identity_op.h does)."""
+    m = model([h.make_node("Identity", ["o"], ["y"]), h.make_node("OptionalHasElement", ["y"], ["has"])],
+              [h.make_value_info("o", OPT)],
+              [h.make_value_info("y", OPT), h.make_tensor_value_info("has", T.BOOL, [])])
+    theirs = ort_run(m, {"o": feed})
+    assert bool(theirs[1]) is (feed is not None)
+    assert_same(InferenceSession(m).run(None, {"o": feed}), theirs)
+
+
+@pytest.mark.xfail(strict=True, raises=OrtlabError, reason="engine gap, loud: onnx.reference's If cannot take an "
+                   "empty optional read from the outer graph; ORT passes it through the branch")
+def test_an_empty_optional_read_inside_a_branch_passes_through_as_ort():
+    branch = [h.make_graph([h.make_node("Identity", ["o"], [out])], out, [], [h.make_value_info(out, OPT)])
+              for out in ("t", "e")]
+    m = model([h.make_node("If", ["c"], ["y"], then_branch=branch[0], else_branch=branch[1])],
+              [h.make_value_info("o", OPT), h.make_tensor_value_info("c", T.BOOL, [])], [h.make_value_info("y", OPT)])
+    feeds = {"o": None, "c": np.array(True)}
+    assert ort_run(m, feeds) == [None]
+    assert InferenceSession(m).run(None, feeds) == [None]

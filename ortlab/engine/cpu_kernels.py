@@ -18,6 +18,7 @@ from onnx.reference.ops.op_constant import Constant_11 as ReferenceConstant11
 from onnx.reference.ops.op_constant import Constant_12 as ReferenceConstant12
 from onnx.reference.ops.op_constant_of_shape import ConstantOfShape as ReferenceConstantOfShape
 from onnx.reference.ops.op_dropout import Dropout_12 as ReferenceDropout12
+from onnx.reference.ops.op_identity import Identity as ReferenceIdentity
 from onnx.reference.ops.op_scatter_elements import scatter_elements
 
 from ortlab.engine.cpu_execution_provider import ReferenceKernel, override_reference_op
@@ -488,6 +489,16 @@ def optional(ctx):
     optional_ops.cc (an input is copied into the output; without one the output is not allocated)."""
     x = ctx.input(0) if ctx.input_count else None
     return EMPTY_OPTIONAL if x is None else x
+
+
+@override_reference_op("Identity", 16, 10**6)
+class OptionalIdentity(ReferenceIdentity):
+    """Identity of an empty optional is an empty optional (from opset 16 Identity takes optionals; ORT:
+    onnxruntime/core/providers/cpu/tensor/identity_op.h, which passes the empty value on). onnx.reference's
+    Identity cannot return nothing (its run() refuses any result but a tensor, list or map)."""
+
+    def run(self, *args, **kwargs):
+        return (EMPTY_OPTIONAL,) if args and args[0] is None else super().run(*args, **kwargs)
 
 
 @override_reference_op("Optional", 15, 10**6)
