@@ -17,6 +17,7 @@ from ortlab.engine.execution_provider import ExecutionProvider, OrtDevice, regis
 from ortlab.ops.kernel_def import KernelDef
 from ortlab.engine.kernel_registry import CPU, KernelCreateInfo
 from ortlab.engine.op_kernel import OpKernel
+from ortlab.ir.tensor_value import bfloat16_in_int32_data
 from ortlab.ops.kernel_declarations import ORT_CPU_KERNEL_DECLARATIONS, ort_declaration
 from ortlab.transformers.session_transforms import FUNCTION_BODIES
 from ortlab.onnx_defs import DEFAULT_OPSET, op_key
@@ -113,7 +114,7 @@ class ReferenceKernel(OpKernel):
         node = info.node
         opsets = dict(node.graph.opset_imports)
         op_class = op_class or reference_op_class(node, opsets)
-        self.op = op_class(node.to_proto(), _run_params(opsets))
+        self.op = op_class(_bfloat16_readable(node.to_proto()), _run_params(opsets))
         self.needs_context = isinstance(self.op, OpRun) and self.op.need_context()
         if getattr(self.op, "reads_output_shapes", False):  # as ORT's kernels read their OutputDefs' shapes
             self.op.output_shapes = [node.graph.node_arg(o.name).shape if o.exists() else None for o in node.outputs]
@@ -122,6 +123,20 @@ class ReferenceKernel(OpKernel):
         args = ctx.inputs()
         results = self.op.run(*args, context=ctx.implicit()) if self.needs_context else self.op.run(*args)
         return results
+
+
+def _bfloat16_readable(node_proto):
+    """`node_proto` with every BFLOAT16 initializer of its subgraphs, nested ones included, in int32_data, which
+    onnx.reference reads right (from raw_data it reads uninitialized memory, silently: ortlab.ir.tensor_value)."""
+    for attribute in node_proto.attribute:
+        for graph in [attribute.g] if attribute.type == attribute.GRAPH else attribute.graphs:
+            for tensor in graph.initializer:
+                readable = bfloat16_in_int32_data(tensor)
+                if readable is not tensor:
+                    tensor.CopyFrom(readable)
+            for node in graph.node:
+                _bfloat16_readable(node)
+    return node_proto
 
 
 @register_execution_provider

@@ -101,6 +101,17 @@ class Node:
                     _rename_outer_reads(sub, old, new)
                 self.attribute_protos[name] = renamed
 
+    def subgraphs(self):
+        """[(attribute name, [GraphProto, ...])] for each attribute of this node that holds graphs."""
+        return [(name, [p.g] if p.type == p.GRAPH else list(p.graphs))
+                for name, p in self.attribute_protos.items() if p.type in (p.GRAPH, p.GRAPHS)]
+
+    def set_subgraphs(self, name, bodies):
+        """Attribute `name` holds `bodies` (a list of GraphProtos: one for a GRAPH attribute) from now on."""
+        proto = self.attribute_protos[name]
+        self.attribute_protos[name] = helper.make_attribute(name, bodies[0] if proto.type == proto.GRAPH
+                                                            else list(bodies))
+
     def implicit_input_nodes(self):
         """Producers of the values this node's subgraphs read from outside, one per edge."""
         return [p for name in self.implicit_input_names() if (p := self.graph.producer(name))]
@@ -162,6 +173,11 @@ class Node:
 def node_label(node):
     """How ir's messages name a node: 'name' (#index op_type), or #index op_type (no name)."""
     return f"'{node.name}' (#{node.index} {node.op_type})" if node.name else f"#{node.index} {node.op_type} (no name)"
+
+
+def subgraph_reads(graph_proto):
+    """The names a subgraph (a GraphProto) reads from the graph around it, in first-read order, repeats kept."""
+    return _subgraph_reads(graph_proto, [])
 
 
 def _subgraph_reads(graph_proto, found):

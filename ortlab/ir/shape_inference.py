@@ -240,7 +240,7 @@ def infer_node(graph, node, types):
         schema = defs.get_schema(node.op_type, version, domain)
     except defs.SchemaError:
         return {}
-    if any(a.exists() and types.get(a.name) is None for a in node.inputs):
+    if any(a.exists() and types.get(a.name) is None for a in node.inputs) or _holds_contrib_ops(node):
         return {}
     proto = node.to_proto()
     try:
@@ -250,6 +250,17 @@ def infer_node(graph, node, types):
                                                  for d, v in graph.opset_imports.items()])
     except Exception:  # noqa: BLE001 (ORT would refuse the model; leave the declared types)
         return {}
+
+
+def _holds_contrib_ops(node):
+    """True when a subgraph of `node` (nested ones included) runs an op outside ONNX's domain (a fusion's
+    com.microsoft node): onnx 1.17's infer_node_outputs crashes the process on such a body (a segfault, with the
+    domain imported), so its outputs keep their declared types."""
+    def foreign(graph):
+        return any(n.domain not in ("", "ai.onnx") or any(foreign(g) for a in n.attribute
+                                                           for g in ([a.g] if a.type == a.GRAPH else a.graphs))
+                   for n in graph.node)
+    return any(foreign(body) for _, bodies in node.subgraphs() for body in bodies)
 
 
 def declared_types(graph):

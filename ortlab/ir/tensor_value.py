@@ -46,3 +46,17 @@ def to_array(tensor, base_dir=""):
             bits = np.frombuffer(tensor.raw_data, dtype="<u2").astype(np.uint16)
             return bits.view(custom.bfloat16).reshape(tuple(tensor.dims))
     return numpy_helper.to_array(tensor, base_dir)
+
+
+def bfloat16_in_int32_data(tensor):
+    """`tensor` with BFLOAT16 values held in int32_data (one bit pattern per element) instead of raw_data: the
+    same tensor, in the one field onnx 1.17's to_array (and so onnx.reference, reading a subgraph's
+    initializers) reads right. Any other tensor is returned as it is."""
+    if tensor.data_type != TensorProto.BFLOAT16 or not tensor.HasField("raw_data"):
+        return tensor
+    bits = np.frombuffer(tensor.raw_data, dtype="<u2")
+    moved = TensorProto()
+    moved.CopyFrom(tensor)
+    moved.ClearField("raw_data")
+    moved.int32_data.extend(int(b) for b in bits)
+    return moved

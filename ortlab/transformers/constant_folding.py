@@ -2,7 +2,8 @@
 
 Mirrors onnxruntime/core/optimizer/constant_folding.cc. ORT runs the node's CPU kernel;
 ortlab evaluates ONNX-domain nodes with onnx.reference. Skipped, as in ORT: ops that
-are not deterministic, nodes producing graph outputs, nodes with subgraphs, and (during
+are not deterministic, nodes producing graph outputs or a value that is not a tensor (a sequence,
+an optional: no initializer holds one), nodes with subgraphs, and (during
 training) anything reading an excluded initializer, i.e. a trainable weight. A Shape
 node folds when the dims it returns are all known, even if its input is not constant; a
 Gather of a Shape with a symbolic dim stays, even where the dims it picks are known (so
@@ -54,6 +55,8 @@ class ConstantFolding(GraphTransformer):
             return None
         if any(o in graph.outputs for o in node.output_names):
             return None
+        if any(_not_a_tensor(graph.node_arg(o).type_proto) for o in node.output_names if graph.node_arg(o)):
+            return None  # "Unsupported output type ... Can't constant fold": an initializer is a tensor
         if any(a.type == onnx.AttributeProto.GRAPH for a in node.attribute_protos.values()):
             return None
         if node.op_type == "Shape":
@@ -82,6 +85,12 @@ class ConstantFolding(GraphTransformer):
                               [helper.make_tensor_value_info(o, 0, None) for o in proto.output if o]),
             opset_imports=[helper.make_opsetid(d, v) for d, v in graph.opset_imports.items()])
         try:
-            return list(ReferenceEvaluator(model).run(None, feeds))
+            values = list(ReferenceEvaluator(model).run(None, feeds))
         except Exception:
             return None  # onnx.reference cannot run it: leave it to the runtime, as ORT does
+        return values if all(isinstance(v, np.ndarray) for v in values) else None  # a sequence or optional
+
+
+def _not_a_tensor(type_proto):
+    """True when a value's known type is a sequence, optional or map: no initializer can hold it."""
+    return type_proto is not None and type_proto.WhichOneof("value") not in (None, "tensor_type")
