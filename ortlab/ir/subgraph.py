@@ -6,7 +6,8 @@ and ORT's transformers work inside it as in the main graph (GraphTransformer::Re
 gets each outer value it reads as a graph input, or, for an outer constant initializer, as an initializer:
 ORT's transformers treat those as constants (graph_utils::IsConstantInitializer with check_outer_scope).
 Its Constant nodes become initializers, as ORT's Graph constructor makes them for a subgraph too. Back to a
-GraphProto, the outer values are dropped again.
+GraphProto, the outer values are dropped again (a caller writes a body back only where it changed: ORT saves an
+unchanged subgraph as it was loaded).
 """
 import onnx
 from onnx import helper
@@ -45,7 +46,3 @@ def body_proto(graph, outer_reads, body):
     proto.name = body.name
     return proto
 
-
-def holds_constants(body):
-    """True when `body` has a Constant node (which a body Graph turns into an initializer)."""
-    return any(n.op_type == "Constant" and n.domain in ("", "ai.onnx") for n in body.node)

@@ -2,9 +2,10 @@
 
 Mirrors onnxruntime/core/optimizer/constant_folding.cc. ORT runs the node's CPU kernel;
 ortlab evaluates ONNX-domain nodes with onnx.reference. Skipped, as in ORT: ops that
-are not deterministic, nodes producing graph outputs or a value that is not a tensor (a sequence,
-an optional: no initializer holds one), nodes with subgraphs, and (during
-training) anything reading an excluded initializer, i.e. a trainable weight. A Shape
+are not deterministic, nodes producing a value that is not a tensor (a sequence, an optional: no
+initializer holds one), nodes with subgraphs, and (during training) anything reading an excluded
+initializer, i.e. a trainable weight. A node whose output is a graph output is folded too: the
+output becomes an initializer (ORT 1.19.2 does; older ORT skipped such nodes). A Shape
 node folds when the dims it returns are all known, even if its input is not constant; a
 Gather of a Shape with a symbolic dim stays, even where the dims it picks are known (so
 ORT 1.19.2 leaves it for ReshapeFusion to read); a Shape node left with no reader is removed.
@@ -52,8 +53,6 @@ class ConstantFolding(GraphTransformer):
     def fold(self, graph, node):
         """The node's output values, or None when it must not or cannot be folded."""
         if domain_of(node.domain) != ONNX_DOMAIN or node.op_type in NON_DETERMINISTIC:
-            return None
-        if any(o in graph.outputs for o in node.output_names):
             return None
         if any(_not_a_tensor(graph.node_arg(o).type_proto) for o in node.output_names if graph.node_arg(o)):
             return None  # "Unsupported output type ... Can't constant fold": an initializer is a tensor

@@ -16,7 +16,7 @@ rewrite) is a PatternFusion (pattern.py), which owns the walk.
 import enum
 
 from ortlab.errors import OrtlabError, as_names
-from ortlab.ir.subgraph import body_graph, body_proto, holds_constants
+from ortlab.ir.subgraph import body_graph, body_proto
 from ortlab.transformers import graph_utils as gu
 from ortlab.transformers.graph_utils import label
 
@@ -107,28 +107,28 @@ class GraphTransformer(_Explained):
         """The same transformation inside every subgraph of `graph` (If's branches, Loop's and Scan's body),
         nested ones included, as ORT's transformers call GraphTransformer::Recurse for each node that holds
         subgraphs; returns whether any changed. A body is worked on as a Graph of its own (ortlab.ir.subgraph)
-        and written back when it changed, or when its Constant nodes became initializers (as ORT's load)."""
+        and written back only when it changed: ORT saves an unchanged subgraph as it was loaded (its Constant
+        nodes kept), a changed one from its Graph (where they became initializers)."""
         modified = False
         for node in [n for n in graph.nodes() if n.holds_subgraphs()]:
             for name, bodies in node.subgraphs():
                 results = [self._apply_to_body(graph, body) for body in bodies]
-                if any(changed or rewritten for _, changed, rewritten in results):
-                    node.set_subgraphs(name, [body for body, _, _ in results])
-                modified |= any(changed for _, changed, _ in results)
+                if any(changed for _, changed in results):
+                    node.set_subgraphs(name, [body for body, _ in results])
+                    modified = True
         return modified
 
     def _apply_to_body(self, graph, body):
-        """(the body, possibly new; whether the transformation changed it; whether it was rewritten)."""
+        """(the body, new where the transformation changed it; whether it did)."""
         sub, outer_reads = body_graph(graph, body)
         changed = bool(self.apply_impl(sub))
         changed = self.apply_to_subgraphs(sub) | changed
-        if changed:
-            gu.remove_unused_initializers(sub)
-            for domain, version in sub.opset_imports.items():  # a fusion's com.microsoft node: the model's import
-                graph.opset_imports.setdefault(domain, version)
-        if changed or holds_constants(body):
-            return body_proto(sub, outer_reads, body), changed, True
-        return body, False, False
+        if not changed:
+            return body, False
+        gu.remove_unused_initializers(sub)
+        for domain, version in sub.opset_imports.items():  # a fusion's com.microsoft node: the model's import
+            graph.opset_imports.setdefault(domain, version)
+        return body_proto(sub, outer_reads, body), True
 
     def __repr__(self):
         return f"{self.name}(level={self.level})"
