@@ -180,8 +180,8 @@ def test_a_constant_node_whose_output_is_a_graph_output_is_folded_as_ort(op, in_
 NOT_MIRRORED = {
     "sequence_map": "ORT's CPU EP has no SequenceMap kernel, so its partitioner inlines the function (a Loop); "
                     "ortlab inlines only DivGrad (ortlab.transformers.session_transforms)",  # _expanded ones pass
-    "affine_grid": "ORT inlines CastLike's function (no CPU kernel) at partitioning, and its ConstantFolding "
-                   "inlines the branch an If with a constant condition takes; ortlab does neither",
+    "affine_grid": "ORT's CPU EP has no CastLike kernel, so its partitioner inlines the function (a Cast); "
+                   "ortlab's optimize() runs the transformers only",
 }
 
 
@@ -213,3 +213,30 @@ def test_onnx_backend_cases_with_subgraphs_are_optimized_as_orts(model, level):
     except Exception as exc:  # noqa: BLE001 (ORT's refusal: nothing to compare)
         pytest.skip(f"ORT 1.19.2 refuses it: {str(exc)[:100]}")
     assert ops(optimize(model, level=LEVELS[level], providers=["CPUExecutionProvider"]).graph) == ops(theirs.graph)
+
+
+@pytest.mark.parametrize("condition", [True, False])
+@pytest.mark.parametrize("in_body", [False, True], ids=["main graph", "in a loop body"])
+def test_an_if_with_a_constant_condition_is_replaced_by_its_branch_as_ort(condition, in_body):
+    """ConstantFoldIfNode: ORT inlines the branch a constant condition picks (its own constants renamed, its
+    outputs the If's); the If goes."""
+    cond = nh.from_array(np.array(condition), "cond")
+    node = h.make_node("If", ["cond"], ["y" if not in_body else "v_out"],
+                       then_branch=branch("then", "t", reads="x" if not in_body else "v"),
+                       else_branch=branch("else", "e", reads="x" if not in_body else "v"))
+    if in_body:
+        body = h.make_graph([node, h.make_node("Identity", ["c_in"], ["c_out"])], "body",
+                            [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("c_in", T.BOOL, []),
+                             h.make_tensor_value_info("v", T.FLOAT, [2])],
+                            [h.make_tensor_value_info("c_out", T.BOOL, []),
+                             h.make_tensor_value_info("v_out", T.FLOAT, [2])])
+        node = h.make_node("Loop", ["n", "", "x"], ["y"], body=body)
+    model = _model([node], [h.make_tensor_value_info("n", T.INT64, [])], [cond])
+    theirs = session.optimized_model(model, level="basic", providers=["CPUExecutionProvider"])
+    assert "If" not in str(ops(theirs.graph))
+    assert ops(optimize(model, level=1, providers=["CPUExecutionProvider"]).graph) == ops(theirs.graph)
+    feeds = {"x": np.array([0.7, -1.3], np.float32), "n": np.array(2)}
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for level in (0, 99):
+        ours = InferenceSession(model, SessionOptions(graph_optimization_level=level)).run(None, feeds)
+        np.testing.assert_allclose(ours[0], expected[0], rtol=1e-6)

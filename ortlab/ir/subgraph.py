@@ -46,3 +46,51 @@ def body_proto(graph, outer_reads, body):
     proto.name = body.name
     return proto
 
+
+
+def inline_if_branch(graph, if_node, condition):
+    """Replace `if_node` by the nodes of the branch `condition` picks (Graph::InlineIfSubgraph, graph.cc):
+    the branch's own values and initializers get new names unique in `graph`, its outputs become the If's
+    outputs, and subgraphs among its nodes read the renamed values. Returns the nodes added."""
+    body = if_node.attribute("then_branch" if condition else "else_branch")
+    outputs = dict(zip((vi.name for vi in body.output), if_node.output_names))
+    rename = {}
+    for name in [t.name for t in body.initializer] + [o for n in body.node for o in n.output if o]:
+        rename[name] = outputs.get(name) or _fresh(graph, f"_inlined_if_{if_node.index}_{name}", rename)
+    graph.remove_node(if_node)
+    for tensor in body.initializer:
+        copy = onnx.TensorProto()
+        copy.CopyFrom(tensor)
+        graph.add_initializer(rename[tensor.name], copy)
+    added = []
+    for proto in body.node:
+        node = graph.add_node(proto.op_type, [rename.get(i, i) for i in proto.input],
+                              [rename.get(o, o) for o in proto.output],
+                              name=_fresh_node_name(graph, proto.name or proto.op_type),
+                              domain=proto.domain, _attributes=proto.attribute, _doc=proto.doc_string)
+        for old in [n for n in node.implicit_input_names() if n in rename]:
+            node.rename_implicit_input(old, rename[old])
+        added.append(node)
+    for source, target in outputs.items():  # a branch output that is an outer value: passed on by an Identity
+        if source not in rename:
+            added.append(graph.add_node("Identity", [source], [target],
+                                        name=_fresh_node_name(graph, f"{target}_inlined_identity")))
+    return added
+
+
+def _fresh(graph, name, taken):
+    """`name`, or `name` with a number appended, that `graph` has no value of and `taken` holds no value to."""
+    candidate, k = name, 0
+    while graph.node_arg(candidate) is not None or candidate in taken.values():
+        k += 1
+        candidate = f"{name}_{k}"
+    return candidate
+
+
+def _fresh_node_name(graph, name):
+    names = {n.name for n in graph.nodes()}
+    candidate, k = name, 0
+    while candidate in names:
+        k += 1
+        candidate = f"{name}_{k}"
+    return candidate

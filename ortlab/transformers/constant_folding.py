@@ -4,7 +4,8 @@ Mirrors onnxruntime/core/optimizer/constant_folding.cc. ORT runs the node's CPU 
 ortlab evaluates ONNX-domain nodes with onnx.reference. Skipped, as in ORT: ops that
 are not deterministic, nodes producing a value that is not a tensor (a sequence, an optional: no
 initializer holds one), nodes with subgraphs, and (during training) anything reading an excluded
-initializer, i.e. a trainable weight. A node whose output is a graph output is folded too: the
+initializer, i.e. a trainable weight. An If whose condition is a constant is replaced by the nodes of
+the branch it takes (ConstantFoldIfNode). A node whose output is a graph output is folded too: the
 output becomes an initializer (ORT 1.19.2 does; older ORT skipped such nodes). A Shape
 node folds when the dims it returns are all known, even if its input is not constant; a
 Gather of a Shape with a symbolic dim stays, even where the dims it picks are known (so
@@ -15,6 +16,7 @@ import onnx
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
+from ortlab.ir.subgraph import inline_if_branch
 from ortlab.onnx_defs import ONNX_DOMAIN, domain_of
 from ortlab.transformers import graph_utils as gu
 from ortlab.transformers.graph_transformer import GraphTransformer
@@ -38,6 +40,9 @@ class ConstantFolding(GraphTransformer):
                 self.fired()
                 modified = True
                 continue
+            if self._fold_if(graph, node):
+                modified = True
+                continue
             values = self.fold(graph, node)
             if values is None:
                 continue
@@ -49,6 +54,19 @@ class ConstantFolding(GraphTransformer):
             self.fired()
             modified = True
         return modified
+
+    def _fold_if(self, graph, node):
+        """An If whose condition is a constant is replaced by the branch it takes (ConstantFoldIfNode, which
+        inlines the branch rather than folding it); True when it was."""
+        if node.op_type != "If" or domain_of(node.domain) != ONNX_DOMAIN:
+            return False
+        condition = gu.constant(graph, node.input_names[0])
+        if condition is None or condition.size != 1:
+            return False
+        inline_if_branch(graph, node, bool(condition.reshape(-1)[0]))
+        self.fused.append((label(node), "the branch it takes", ["If"]))
+        self.fired()
+        return True
 
     def fold(self, graph, node):
         """The node's output values, or None when it must not or cannot be folded."""
