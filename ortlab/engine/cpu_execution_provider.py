@@ -19,7 +19,7 @@ from ortlab.engine.kernel_registry import CPU, KernelCreateInfo
 from ortlab.engine.op_kernel import OpKernel
 from ortlab.ir.tensor_value import bfloat16_in_int32_data
 from ortlab.ops.kernel_declarations import ORT_CPU_KERNEL_DECLARATIONS, ort_declaration
-from ortlab.transformers.session_transforms import FUNCTION_BODIES
+from ortlab.transformers.session_transforms import FUNCTION_BODIES, has_function_body
 from ortlab.onnx_defs import DEFAULT_OPSET, op_key
 
 # What ORT's CPU kernels declare beyond types (Alias, MayInplace), by op and opset: one table, ORT's,
@@ -148,16 +148,22 @@ class CPUExecutionProvider(ExecutionProvider):
     device = OrtDevice("CPU", 0, "host memory")
 
     def find_kernel(self, node, dtypes=()):
-        found, why = self.kernel_registry().find(node, dtypes)
-        if found is not None or why != "no kernel registered":
-            return found, why
-        if (node.domain, node.op_type) in FUNCTION_BODIES:
+        if has_function_body(node) and ((node.domain, node.op_type) in FUNCTION_BODIES or _input_types_known(node)):
             return None, "ORT's CPU EP has no kernel for it: the partitioner inlines its function body"
+        found, why = self.kernel_registry().find(node, dtypes)  # (an ONNX function whose input types are
+        if found is not None or why != "no kernel registered":  # unknown, which ONNX cannot build: run as is)
+            return found, why
         op_class = reference_op_class(node, dict(node.graph.opset_imports))
         if op_class is None:
             return None, "neither a registered kernel nor an onnx.reference implementation"
         kernel_def = dataclasses.replace(ort_declaration(node), provider=CPU)
         return KernelCreateInfo(kernel_def, ReferenceKernel), None
+
+
+def _input_types_known(node):
+    """True when the graph knows the type of every input of `node` (what ONNX needs to build its function body)."""
+    args = [node.graph.node_arg(a.name) for a in node.inputs if a.exists()]
+    return all(arg is not None and arg.type_proto is not None for arg in args)
 
 
 def declaration(node):

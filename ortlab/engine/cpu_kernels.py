@@ -120,7 +120,8 @@ class OrtCast(OrtCastBase):
 
 @register_op_kernel("CastLike", provider=CPU)
 class OrtCastLike(OrtCastBase):
-    """CastLike (ORT: cast_op.cc, through the same Cast kernel): the target is input 1's type."""
+    """CastLike, where its input types are unknown: the target is input 1's type. ORT has no CastLike kernel: its
+    partitioner inlines ONNX's function body (a Cast), as ortlab's does wherever the types are known."""
 
     def target(self, ctx):
         node = self.info.node

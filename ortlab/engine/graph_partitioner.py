@@ -28,12 +28,16 @@ def partition(graph, providers, logger):
     """{node index: EP type} for every node of `graph`; providers in priority order, CPU last. A node no
     EP claims whose op has a function body is replaced by the body, and the new nodes are partitioned
     in turn (ORT: InlineNodes, repeated while the graph changes)."""
-    from ortlab.transformers.session_transforms import FUNCTION_BODIES, inline_nodes
+    from ortlab.transformers.session_transforms import has_function_body, inline_nodes
 
     assignment = _assign(graph, providers, logger, {})
-    while any(n.index not in assignment and (n.domain, n.op_type) in FUNCTION_BODIES for n in graph.nodes()):
-        for op in inline_nodes(graph):
+    while any(n.index not in assignment and has_function_body(n) for n in graph.nodes()):
+        inlined = inline_nodes(graph)
+        for op in inlined:
             logger.info("graph_partitioner.cc InlineNodes", f"Inlined the function body of {op}: no EP has a kernel")
+        if not inlined:
+            break
+        graph.resolve()  # the new values' types, as ORT's Resolve after InlineNodes
         assignment = _assign(graph, providers, logger, assignment)
     missing = [n for n in graph.nodes() if n.index not in assignment]
     if missing:

@@ -37,7 +37,7 @@ def session_graph(model):
     # imported here so that importing ortlab.memory does not register every graph transformer
     graph = Graph.from_model(model, constants_as_initializers=True)
     types = infer_types(graph, graph.topological_order("default"))
-    inlined = inline_nodes(graph)
+    inlined = inline_nodes(graph, types)
     if inlined:
         types = infer_types(graph, graph.topological_order("default"), types)
     if remove_duplicate_casts(graph, types):   # after partitioning, at every level
