@@ -30,7 +30,10 @@ def body_graph(outer, body):
                                else onnx.ValueInfoProto(name=name))
     model = helper.make_model(proto, opset_imports=[helper.make_opsetid(d, v) for d, v in outer.opset_imports.items()])
     model.ir_version = int(outer.model_fields.get("ir_version") or model.ir_version)
-    return Graph.from_model(model, constants_as_initializers=True), set(reads)
+    graph = Graph.from_model(model, constants_as_initializers=True)
+    graph._infer_shapes()  # the body's own values typed, as ORT resolves a subgraph (lenient: a Loop body's
+    # inputs may be untyped, their types coming from the Loop node)
+    return graph, set(reads)
 
 
 def body_proto(graph, outer_reads, body):

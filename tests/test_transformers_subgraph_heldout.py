@@ -1,0 +1,118 @@
+"""Held-out checks of the graph transformers inside subgraphs (If's branches, Loop's body), against ORT 1.19.2.
+
+Models written apart from tests/test_transformers_in_subgraphs.py: fusions whose checks need the shapes of values
+computed inside a body, from outer values computed by nodes (not graph inputs); eliminations whose output is a body
+output; nested bodies reading renamed outer values; weights read inside a body that must not be folded. Each is
+compared with ORT's saved graph (op types per body, nested) and with ORT's values.
+"""
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from ortlab import session
+from ortlab.engine import InferenceSession, SessionOptions
+from ortlab.transformers import optimize
+from test_transformers_in_subgraphs import ops
+
+LEVELS = {"basic": 1, "extended": 2}
+RNG = np.random.RandomState(27)
+
+
+def vi(name, shape=(2,), elem=T.FLOAT):
+    return h.make_tensor_value_info(name, elem, list(shape))
+
+
+def weight(name, shape):
+    return nh.from_array(RNG.randn(*shape).astype(np.float32), name)
+
+
+def _model(nodes, inputs, outputs, initializers=()):
+    graph = h.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=9)
+
+
+def matmul_add_in_branch():
+    """MatMul + Add (MatMulAddFusion: Gemm, which needs the MatMul output's shape, inferred inside the branch) on a
+    Relu of a graph input: the branch reads the Relu's output, whose type the outer graph infers."""
+    then = h.make_graph([h.make_node("MatMul", ["xr", "W"], ["mm"]), h.make_node("Add", ["mm", "B"], ["t"])], "then",
+                        [], [vi("t", (3, 5))])
+    other = h.make_graph([h.make_node("MatMul", ["xr", "W"], ["e"])], "else", [], [vi("e", (3, 5))])
+    nodes = [h.make_node("Relu", ["xx"], ["xr"]), h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    model = _model(nodes, [vi("xx", (3, 4)), vi("c", (), T.BOOL)], [vi("y", (3, 5))],
+                   [weight("W", (4, 5)), weight("B", (5,))])
+    return model, {"xx": RNG.randn(3, 4).astype(np.float32), "c": np.array(True)}
+
+
+def matmul_add_in_loop():
+    """The same fusion in a Loop body, on the carried value (typed by the body's input) and an outer weight."""
+    body = h.make_graph([h.make_node("Identity", ["cond"], ["cond_out"]), h.make_node("MatMul", ["v", "W"], ["mm"]),
+                         h.make_node("Add", ["mm", "B"], ["a"]), h.make_node("Tanh", ["a"], ["v_out"])], "body",
+                        [vi("i", (), T.INT64), vi("cond", (), T.BOOL), vi("v", (3, 4))],
+                        [vi("cond_out", (), T.BOOL), vi("v_out", (3, 4))])
+    nodes = [h.make_node("Relu", ["xx"], ["xr"]), h.make_node("Loop", ["n", "", "xr"], ["y"], body=body)]
+    model = _model(nodes, [vi("xx", (3, 4)), vi("n", (), T.INT64)], [vi("y", (3, 4))],
+                   [weight("W", (4, 4)), weight("B", (4,))])
+    return model, {"xx": RNG.randn(3, 4).astype(np.float32), "n": np.array(3)}
+
+
+def eliminations_as_body_outputs():
+    """Identity, Dropout and a Cast to the same type whose outputs are a Loop body's output."""
+    body = h.make_graph([h.make_node("Identity", ["cond"], ["cond_out"]), h.make_node("Add", ["v", "x"], ["a"]),
+                         h.make_node("Dropout", ["a"], ["d"]), h.make_node("Cast", ["d"], ["v_out"], to=T.FLOAT)],
+                        "body", [vi("i", (), T.INT64), vi("cond", (), T.BOOL), vi("v")],
+                        [vi("cond_out", (), T.BOOL), vi("v_out")])
+    model = _model([h.make_node("Loop", ["n", "", "x"], ["y"], body=body)], [vi("x"), vi("n", (), T.INT64)], [vi("y")])
+    return model, {"x": np.array([0.7, -1.3], np.float32), "n": np.array(3)}
+
+
+def renamed_outer_value():
+    """An Identity in the main graph whose output two nested bodies read (If in a Loop in an If): removing it renames
+    the value they read."""
+    inner_then = h.make_graph([h.make_node("Mul", ["v", "w"], ["it"])], "it", [], [vi("it")])
+    inner_else = h.make_graph([h.make_node("Neg", ["xi"], ["ie"])], "ie", [], [vi("ie")])
+    body = h.make_graph([h.make_node("Identity", ["cond"], ["cond_out"]),
+                         h.make_node("If", ["cond"], ["v_out"], then_branch=inner_then, else_branch=inner_else)],
+                        "body", [vi("i", (), T.INT64), vi("cond", (), T.BOOL), vi("v")],
+                        [vi("cond_out", (), T.BOOL), vi("v_out")])
+    then = h.make_graph([h.make_node("Loop", ["n", "c", "xi"], ["t"], body=body)], "then", [], [vi("t")])
+    other = h.make_graph([h.make_node("Abs", ["xi"], ["e"])], "else", [], [vi("e")])
+    nodes = [h.make_node("Identity", ["x"], ["xi"]), h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    model = _model(nodes, [vi("x"), vi("c", (), T.BOOL), vi("n", (), T.INT64)], [vi("y")],
+                   [nh.from_array(np.array([2.0, 3.0], np.float32), "w")])
+    return model, {"x": np.array([0.7, -1.3], np.float32), "c": np.array(True), "n": np.array(2)}
+
+
+def cse_across_branches():
+    """The same Relu in the main graph and twice in a branch: CSE merges the two inside the branch only."""
+    then = h.make_graph([h.make_node("Relu", ["x"], ["r1"]), h.make_node("Relu", ["x"], ["r2"]),
+                         h.make_node("Add", ["r1", "r2"], ["t"])], "then", [], [vi("t")])
+    other = h.make_graph([h.make_node("Relu", ["x"], ["e"])], "else", [], [vi("e")])
+    nodes = [h.make_node("Relu", ["x"], ["r0"]), h.make_node("If", ["c"], ["y0"], then_branch=then, else_branch=other),
+             h.make_node("Add", ["y0", "r0"], ["y"])]
+    model = _model(nodes, [vi("x"), vi("c", (), T.BOOL)], [vi("y")])
+    return model, {"x": np.array([0.7, -1.3], np.float32), "c": np.array(True)}
+
+
+MODELS = {"matmul add in a branch": matmul_add_in_branch, "matmul add in a loop": matmul_add_in_loop,
+          "eliminations as body outputs": eliminations_as_body_outputs, "renamed outer value": renamed_outer_value,
+          "cse across branches": cse_across_branches}
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("case", MODELS)
+def test_bodies_are_optimized_as_orts(case, level):
+    model, _ = MODELS[case]()
+    theirs = session.optimized_model(model, level=level, providers=["CPUExecutionProvider"])
+    ours = optimize(model, level=LEVELS[level], providers=["CPUExecutionProvider"])
+    assert ops(ours.graph) == ops(theirs.graph)
+
+
+@pytest.mark.parametrize("case", MODELS)
+def test_optimized_sessions_compute_orts_values(case):
+    model, feeds = MODELS[case]()
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    ours = InferenceSession(model, SessionOptions(graph_optimization_level=99)).run(None, feeds)
+    np.testing.assert_allclose(ours[0], expected[0], rtol=1e-5, atol=1e-6)
