@@ -16,6 +16,8 @@ tests/test_remove_duplicate_cast.py against ORT's saved graphs and values).
 """
 from onnx import TensorProto as T
 
+from ortlab.ir.subgraph import body_graph, body_proto
+
 BOOL, INTEGER, UNSIGNED, FLOAT = 0, 1, 2, 3  # GetTypeGroup
 TYPE_GROUPS = {T.BOOL: BOOL, **dict.fromkeys((T.INT8, T.INT16, T.INT32, T.INT64), INTEGER),
                **dict.fromkeys((T.UINT8, T.UINT16, T.UINT32, T.UINT64), UNSIGNED),
@@ -75,9 +77,33 @@ def _sort_children(graph, cast, types, read_by_subgraphs):
 
 
 def remove_duplicate_casts(graph, types=None):
-    """RemoveDuplicateCastTransformer::ApplyImpl, one pass in node-index order over the main graph; returns the
-    removed Casts' names. A Cast whose output a subgraph reads is kept (an implicit input's edge is no Cast's).
-    types: {value name: TypeProto} (default: the node args')."""
+    """RemoveDuplicateCastTransformer::ApplyImpl, one pass in node-index order over the main graph, then inside
+    every If/Loop/Scan body (GraphTransformer::Recurse); returns the removed Casts' names. A Cast whose output a
+    subgraph reads is kept (an implicit input's edge is no Cast's). types: {value name: TypeProto} of the main
+    graph (default: the node args')."""
+    removed = _remove_in_graph(graph, types)
+    return removed + _remove_in_bodies(graph)
+
+
+def _remove_in_bodies(graph):
+    """The remover inside each body of `graph`'s nodes, nested bodies included; a body is written back only
+    where a Cast went (ORT saves an unchanged subgraph as loaded)."""
+    removed = []
+    for node in [n for n in graph.nodes() if n.holds_subgraphs()]:
+        for attribute, bodies in node.subgraphs():
+            new_bodies, changed = [], False
+            for body in bodies:
+                sub, outer_reads = body_graph(graph, body)
+                gone = remove_duplicate_casts(sub)
+                new_bodies.append(body_proto(sub, outer_reads, body) if gone else body)
+                changed, removed = changed or bool(gone), removed + gone
+            if changed:
+                node.set_subgraphs(attribute, new_bodies)
+    return removed
+
+
+def _remove_in_graph(graph, types):
+    """The pass over one graph's own nodes."""
     removed = []
     read_by_subgraphs = {name for node in graph.nodes() for name in node.implicit_input_names()}
     for node in list(graph.nodes()):

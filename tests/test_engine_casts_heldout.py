@@ -1,0 +1,62 @@
+"""Held-out cases for RemoveDuplicateCastTransformer (ortlab.transformers.remove_duplicate_cast), live against
+ORT 1.19.2.
+
+ORT's remover calls GraphTransformer::Recurse for every node it keeps (insert_cast_transformer.cc), so Cast
+pairs inside If/Loop bodies are removed as in the main graph. Removing a lossy first Cast changes values: in
+x -> Cast(float16) -> Cast(int8) the first Cast goes and the child casts float -> int8 directly, so 2.9999 gives
+2 (not 3, as through float16) and 70000.5 wraps instead of passing through inf.
+"""
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from ortlab import session
+from ortlab.engine import InferenceSession, SessionOptions
+from ortlab.memory.session_graph import session_graph
+
+X = np.array([2.9999, 70000.5, 1e-8, -3.7, 0.0], np.float32)
+
+
+def vi(name, elem_type, shape=(5,)):
+    return h.make_tensor_value_info(name, elem_type, list(shape))
+
+
+def cast_chain_in_if(to):
+    """If whose then-branch is x -> Cast(float16) 'c1' -> Cast(to) 'c2' -> Identity; else-branch one Cast."""
+    chain = [h.make_node("Cast", ["x"], ["m"], to=T.FLOAT16, name="c1"),
+             h.make_node("Cast", ["m"], ["b"], to=to, name="c2"),
+             h.make_node("Identity", ["b"], ["o"], name="oi")]
+    then = h.make_graph(chain, "then", [], [vi("o", to)])
+    other = h.make_graph([h.make_node("Cast", ["x"], ["e"], to=to, name="ec")], "else", [], [vi("e", to)])
+    node = h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="if")
+    graph = h.make_graph([node], "g", [vi("x", T.FLOAT), vi("c", T.BOOL, ())], [vi("y", to)])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=9)
+
+
+def ort_run(model, feeds, level):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = level
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(
+        None, feeds)[0]
+
+
+def branch_nodes(graph_proto_node):
+    return {a.name: [n.name for n in a.g.node] for a in graph_proto_node.attribute if a.type == a.GRAPH}
+
+
+@pytest.mark.parametrize("to", [T.INT8, T.UINT8, T.BOOL])
+def test_a_cast_pair_inside_an_if_body_is_removed_as_ort_removes_it(to):
+    model = cast_chain_in_if(to)
+    feeds = {"x": X, "c": np.array(True)}
+    saved = session.optimized_model(model, level="disable", providers=["CPUExecutionProvider"])
+    theirs = branch_nodes(saved.graph.node[0])
+    assert theirs["then_branch"] == ["c2", "oi"]  # ORT's fact: the lossy first Cast went, the child reads x
+    if_node = next(iter(session_graph(model).graph.nodes()))
+    assert {name: [n.name for n in bodies[0].node] for name, bodies in if_node.subgraphs()} == theirs
+    for ours_level, their_level in ((0, ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
+                                    (99, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)):
+        expected = ort_run(model, feeds, their_level)
+        ours = InferenceSession(model, SessionOptions(graph_optimization_level=ours_level)).run(None, feeds)[0]
+        np.testing.assert_array_equal(ours, expected)
