@@ -13,6 +13,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 from ortlab import session
+from ortlab.errors import OrtlabError
 from ortlab.engine import InferenceSession, SessionOptions
 from ortlab.memory.session_graph import session_graph
 
@@ -60,3 +61,25 @@ def test_a_cast_pair_inside_an_if_body_is_removed_as_ort_removes_it(to):
         expected = ort_run(model, feeds, their_level)
         ours = InferenceSession(model, SessionOptions(graph_optimization_level=ours_level)).run(None, feeds)[0]
         np.testing.assert_array_equal(ours, expected)
+
+
+def test_copying_a_bfloat16_output_to_the_host_is_refused_as_ort_refuses_it():
+    """IOBinding.copy_outputs_to_cpu() of a tensor(bfloat16) output: ORT 1.19.2 fails ('No corresponding Numpy
+    type for Tensor Type'), as run() does; ortlab returned onnx.reference's bit patterns (16448 for 2.9999)."""
+    graph = h.make_graph([h.make_node("Cast", ["x"], ["y"], to=T.BFLOAT16, name="c")], "g", [vi("x", T.FLOAT)],
+                         [vi("y", T.BFLOAT16)])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=9)
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    binding = theirs.io_binding()
+    binding.bind_cpu_input("x", X)
+    binding.bind_output("y")
+    theirs.run_with_iobinding(binding)
+    with pytest.raises(Exception, match="No corresponding Numpy type"):
+        binding.copy_outputs_to_cpu()
+    ours = InferenceSession(model)
+    binding = ours.io_binding()
+    binding.bind_cpu_input("x", X)
+    binding.bind_output("y")
+    ours.run_with_iobinding(binding)
+    with pytest.raises(OrtlabError, match="No corresponding Numpy type.*'y'.*bfloat16"):
+        binding.copy_outputs_to_cpu()

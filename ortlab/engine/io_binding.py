@@ -132,8 +132,16 @@ class IOBinding:
         return list(self._results)
 
     def copy_outputs_to_cpu(self):
-        """Copies on the host (numpy arrays) of the last run's outputs."""
-        return [np.array(self.session._to_host(value), copy=True) for value in self._results]
+        """Copies on the host (numpy arrays) of the last run's outputs. One of a type numpy lacks (bfloat16,
+        float8, int4) fails, as ORT 1.19.2's Python binding does (no numpy type for it)."""
+        copies = [np.array(self.session._to_host(value), copy=True) for value in self._results]
+        for name, copy in zip(self._outputs, copies):
+            if copy.dtype.names:  # onnx.reference's stand-in (ortlab.ir.tensor_value.STAND_INS)
+                raise InvalidArgument(f"No corresponding Numpy type for Tensor Type. (output {name!r} is "
+                                      f"tensor({self.session.graph.node_arg(name).dtype}), which numpy has no type "
+                                      "for; ORT 1.19.2's copy_outputs_to_cpu() fails the same way.) Cast it to "
+                                      "float inside the graph to read it")
+        return copies
 
     # --- the run ---------------------------------------------------------------------------------
     def run(self, run_options):
