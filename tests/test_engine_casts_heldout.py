@@ -83,3 +83,31 @@ def test_copying_a_bfloat16_output_to_the_host_is_refused_as_ort_refuses_it():
     ours.run_with_iobinding(binding)
     with pytest.raises(OrtlabError, match="No corresponding Numpy type.*'y'.*bfloat16"):
         binding.copy_outputs_to_cpu()
+
+
+def test_a_cast_pair_inside_a_loop_body_is_removed_as_ort_removes_it():
+    """A Loop body whose carried value's type comes from the Loop node: the pair float -> float16 -> int8 loses
+    its first Cast as in ORT, and the scan output holds ORT's values."""
+    chain = [h.make_node("Cast", ["v"], ["m"], to=T.FLOAT16, name="c1"),
+             h.make_node("Cast", ["m"], ["s"], to=T.INT8, name="c2"),
+             h.make_node("Identity", ["cond_in"], ["cond_out"], name="ci"),
+             h.make_node("Identity", ["v"], ["v_out"], name="vi")]
+    body = h.make_graph(chain, "body", [vi("i", T.INT64, ()), vi("cond_in", T.BOOL, ()),
+                                        h.make_tensor_value_info("v", T.FLOAT, None)],
+                        [vi("cond_out", T.BOOL, ()), h.make_tensor_value_info("v_out", T.FLOAT, None),
+                         h.make_tensor_value_info("s", T.INT8, None)])
+    node = h.make_node("Loop", ["n", "", "x"], ["v_final", "scanned"], body=body, name="loop")
+    graph = h.make_graph([node], "g", [vi("x", T.FLOAT), vi("n", T.INT64, ())],
+                         [vi("v_final", T.FLOAT), vi("scanned", T.INT8, (2, 5))])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=9)
+    feeds = {"x": X, "n": np.array(2)}
+    saved = session.optimized_model(model, level="disable", providers=["CPUExecutionProvider"])
+    theirs = sorted(n.name for n in saved.graph.node[0].attribute[0].g.node)
+    assert theirs == ["c2", "ci", "vi"]
+    loop = next(iter(session_graph(model).graph.nodes()))
+    assert sorted(n.name for n in loop.subgraphs()[0][1][0].node) == theirs
+    expected = ort_run(model, feeds, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    np.testing.assert_array_equal(InferenceSession(model).run(None, feeds)[0], expected)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for ours, theirs_value in zip(InferenceSession(model).run(None, feeds), expected):
+        np.testing.assert_array_equal(ours, theirs_value)
