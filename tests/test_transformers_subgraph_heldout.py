@@ -182,3 +182,35 @@ def test_a_loop_without_condition_inside_a_branch_computes_orts_values():
     expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     ours = InferenceSession(model, SessionOptions(graph_optimization_level=0)).run(None, feeds)
     np.testing.assert_allclose(ours[0], expected[0], rtol=1e-6)
+
+
+def _random_body_models(seed):
+    """A random model of test_transformer_properties' blocks (Dropout left out: ORT's training build keeps a Dropout
+    whose ratio is not 0, in the main graph too), as both branches of an If and as a Loop body, weights outside."""
+    import random
+
+    from test_transformer_properties import BLOCKS, Builder
+    pick, builder = random.Random(seed), Builder(seed)
+    for block in [pick.choice([b for b in BLOCKS if b != "dropout"]) for _ in range(pick.randint(1, 6))]:
+        builder.values.append(builder.add(block, builder.values[-1], pick.randint(0, 10)))
+    x = RNG.randn(2, 3, 4).astype(np.float32)
+    branch = in_a_branch(builder.model([]), "outside"), {"x": x, "if_cond": np.array(True)}
+    nodes = [h.make_node("Identity", ["cond"], ["cond_out"]), h.make_node("Identity", ["v"], ["x"]), *builder.nodes,
+             h.make_node("Identity", [builder.values[-1]], ["v_out"])]
+    body = h.make_graph(nodes, "body", [vi("i", (), T.INT64), vi("cond", (), T.BOOL), vi("v", (2, 3, 4))],
+                        [vi("cond_out", (), T.BOOL), vi("v_out", (2, 3, 4))])
+    loop = _model([h.make_node("Loop", ["n", "", "x0"], ["y"], body=body)], [vi("x0", (2, 3, 4)), vi("n", (), T.INT64)],
+                  [vi("y", (2, 3, 4))], builder.inits)
+    return [branch, (loop, {"x0": x, "n": np.array(2)})]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_random_bodies_are_optimized_and_run_as_orts(seed):
+    for model, feeds in _random_body_models(seed):
+        for level in LEVELS:
+            theirs = session.optimized_model(model, level=level, providers=["CPUExecutionProvider"])
+            ours = optimize(model, level=LEVELS[level], providers=["CPUExecutionProvider"])
+            assert ops(ours.graph) == ops(theirs.graph)
+        expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+        ours = InferenceSession(model, SessionOptions(graph_optimization_level=99)).run(None, feeds)
+        np.testing.assert_allclose(ours[0], expected[0], rtol=1e-4, atol=1e-5)
