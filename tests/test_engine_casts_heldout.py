@@ -111,3 +111,49 @@ def test_a_cast_pair_inside_a_loop_body_is_removed_as_ort_removes_it():
     expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     for ours, theirs_value in zip(InferenceSession(model).run(None, feeds), expected):
         np.testing.assert_array_equal(ours, theirs_value)
+
+
+# --- open gaps found by this review, outside this file's modules: pinned strict, so a fix shows -------------
+def single_output_model(nodes, inputs, output, opset=17, initializers=()):
+    graph = h.make_graph(nodes, "g", inputs, [output], initializer=list(initializers))
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", opset)], ir_version=10 if opset >= 21 else 9)
+
+
+def assert_values_are_orts(model, feeds):
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for ours, theirs in zip(InferenceSession(model).run(None, feeds), expected):
+        np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.xfail(strict=True, reason="a float -> bfloat16 Cast inside a body truncates (onnx.reference) where "
+                   "ORT rounds to nearest even; the main graph's Cast kernel rounds (ortlab/engine/"
+                   "cpu_kernels_subgraph.py runs bodies on onnx.reference)")
+def test_a_bfloat16_cast_inside_a_body_rounds_as_ort():
+    then = h.make_graph([h.make_node("Cast", ["x"], ["b"], to=T.BFLOAT16, name="tb"),
+                         h.make_node("Cast", ["b"], ["t"], to=T.FLOAT, name="tf")], "then", [], [vi("t", T.FLOAT)])
+    other = h.make_graph([h.make_node("Identity", ["x"], ["e"], name="e")], "else", [], [vi("e", T.FLOAT)])
+    node = h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="if")
+    model = single_output_model([node], [vi("x", T.FLOAT), vi("c", T.BOOL, ())], vi("y", T.FLOAT))
+    assert_values_are_orts(model, {"x": X, "c": np.array(True)})  # ORT: 2.9999 -> 3.0; ortlab 2.984375
+
+
+@pytest.mark.xfail(strict=True, reason="ORT's InsertCastTransformer (insert_cast_transformer.cc) is not "
+                   "mirrored: a float16 node the CPU EP has no float16 kernel for (Add) runs in float32 between "
+                   "Casts named InsertedPrecisionFreeCast_*, which the remover then drops; ortlab computes in "
+                   "float16 (70000.5 * 2 overflows to inf; ORT gives 140001)")
+def test_a_float16_add_runs_in_float32_as_ort_inserts_casts_for_it():
+    nodes = [h.make_node("Cast", ["x"], ["h"], to=T.FLOAT16, name="c"), h.make_node("Add", ["h", "h"], ["a"], name="add"),
+             h.make_node("Cast", ["a"], ["y"], to=T.FLOAT, name="c2")]
+    assert_values_are_orts(single_output_model(nodes, [vi("x", T.FLOAT)], vi("y", T.FLOAT)), {"x": X})
+
+
+@pytest.mark.xfail(strict=True, reason="QuantizeLinear to int4/uint4 falls back to onnx.reference, which does not "
+                   "saturate to [-8, 7] / [0, 15] as ORT does (ortlab/engine/cpu_kernels_elementwise.py, "
+                   "OrtQuantizeLinear takes int8/uint8 only)")
+@pytest.mark.parametrize("int4", [T.INT4, T.UINT4])
+def test_quantize_linear_to_int4_saturates_as_ort(int4):
+    scale_zero = [h.make_tensor("s", T.FLOAT, [], [0.5]), h.make_tensor("z", int4, [], [1])]
+    nodes = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
+             h.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq")]
+    model = single_output_model(nodes, [vi("x", T.FLOAT)], vi("y", T.FLOAT), opset=21, initializers=scale_zero)
+    assert_values_are_orts(model, {"x": X})  # 70000.5: ORT 3.0 for int4 (saturates at 7); ortlab wraps
