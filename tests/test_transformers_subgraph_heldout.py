@@ -214,3 +214,36 @@ def test_random_bodies_are_optimized_and_run_as_orts(seed):
         expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
         ours = InferenceSession(model, SessionOptions(graph_optimization_level=99)).run(None, feeds)
         np.testing.assert_allclose(ours[0], expected[0], rtol=1e-4, atol=1e-5)
+
+
+def _constant(name, values):
+    return h.make_node("Constant", [], [name], value=nh.from_array(np.array(values, np.float32)))
+
+
+def _branch_with_constants(changed):
+    """A then branch ORT's transformers leave alone (a Constant node, read by an Add or its output), in a model where
+    something else changes: the main graph (an Identity) or the other branch (an Identity)."""
+    then_nodes = {"output": [_constant("t", [1.0, 2.0])],
+                  "read": [_constant("k", [1.0, 2.0]), h.make_node("Add", ["x", "k"], ["t"])]}
+    for constant, nodes in then_nodes.items():
+        then = h.make_graph(nodes, "then", [], [vi("t")])
+        other = [h.make_node("Identity", ["x"], ["x1"]), h.make_node("Neg", ["x1"], ["e"])] if changed == "sibling" \
+            else [h.make_node("Neg", ["x"], ["e"])]
+        node = h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=h.make_graph(other, "else", [], [vi("e")]))
+        if changed == "main graph":
+            yield constant, _model([h.make_node("Identity", ["x0"], ["x"]), node],
+                                   [vi("x0"), vi("c", (), T.BOOL)], [vi("y")])
+        else:
+            yield constant, _model([node], [vi("x"), vi("c", (), T.BOOL)], [vi("y")])
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("changed", ["main graph", "sibling"])
+def test_an_unchanged_body_of_a_changed_model_holds_its_constants_as_initializers_as_ort(changed, level):
+    """ORT writes a changed model's subgraphs from their Graphs, where Constant nodes became initializers: the
+    untouched branch loses its Constant node as well (it keeps it only when the model is saved unchanged)."""
+    for _, model in _branch_with_constants(changed):
+        theirs = session.optimized_model(model, level=level, providers=["CPUExecutionProvider"])
+        ours = optimize(model, level=LEVELS[level], providers=["CPUExecutionProvider"])
+        assert ops(ours.graph) == ops(theirs.graph)
+        assert "Constant" not in str(ops(theirs.graph))

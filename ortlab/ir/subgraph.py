@@ -97,3 +97,18 @@ def _fresh_node_name(graph, name):
         k += 1
         candidate = f"{name}_{k}"
     return candidate
+
+
+def load_bodies(graph):
+    """Every body of `graph`, nested ones included, rewritten as ORT writes a subgraph from its Graph: Constant nodes
+    as initializers (the subgraph constructor, graph.cc). ORT saves a model that any transformer changed this way,
+    untouched bodies too; only a model left wholly unchanged is saved as it was loaded."""
+    for node in [n for n in graph.nodes() if n.holds_subgraphs()]:
+        for name, bodies in node.subgraphs():
+            node.set_subgraphs(name, [_as_loaded(graph, body) for body in bodies])
+
+
+def _as_loaded(outer, body):
+    sub, outer_reads = body_graph(outer, body)
+    load_bodies(sub)
+    return body_proto(sub, outer_reads, body)

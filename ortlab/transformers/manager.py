@@ -15,6 +15,7 @@ import onnx
 
 from ortlab.errors import OrtlabError, as_names
 from ortlab.ir import Graph
+from ortlab.ir.subgraph import load_bodies
 from ortlab.transformers import graph_utils as gu, registry
 from ortlab.transformers.graph_transformer import GraphTransformer, RuleBasedGraphTransformer, TransformerError
 from ortlab.transformers.graph_utils import label
@@ -128,8 +129,11 @@ class GraphTransformerManager:
         graph = Graph.from_model(_copy(model), constants_as_initializers=True)
         graph.resolve()
         self.history = []
+        modified = False
         for lv in levels:
-            self.apply_transformers(graph, lv)
+            modified |= self.apply_transformers(graph, lv)
+        if modified:  # ORT writes a changed model's subgraphs from their Graphs, untouched ones too
+            load_bodies(graph)
         return graph.to_model()
 
     # --- what happened ---------------------------------------------------------------------------
