@@ -166,3 +166,19 @@ def test_a_cast_pair_spelled_in_the_ai_onnx_domain_runs_as_ort():
              h.make_node("Cast", ["d"], ["b"], to=T.FLOAT, name="b", domain="ai.onnx"),
              h.make_node("Identity", ["b"], ["y"], name="id")]
     assert_values_are_orts(single_output_model(nodes, [vi("x", T.FLOAT)], vi("y", T.FLOAT)), {"x": X})
+
+
+@pytest.mark.xfail(strict=True, reason="Scan over a 1-D input whose body yields a scalar: ortlab's scan output is "
+                   "[5, 1], ORT's [5] (a warning from VerifyOutputSizes only); the Scan kernel, not the remover")
+def test_a_scan_of_scalars_stacks_to_orts_shape():
+    chain = [h.make_node("Cast", ["e"], ["o"], to=T.INT8, name="c"), h.make_node("Identity", ["st"], ["st2"], name="i")]
+    body = h.make_graph(chain, "body", [vi("st", T.FLOAT, (1,)), vi("e", T.FLOAT, ())],
+                        [vi("st2", T.FLOAT, (1,)), vi("o", T.INT8, ())])
+    node = h.make_node("Scan", ["s0", "x"], ["sf", "ys"], body=body, num_scan_inputs=1, name="scan")
+    graph = h.make_graph([node], "g", [vi("x", T.FLOAT), vi("s0", T.FLOAT, (1,))],
+                         [vi("sf", T.FLOAT, (1,)), vi("ys", T.INT8)])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=9)
+    feeds = {"x": X, "s0": np.zeros(1, np.float32)}
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert expected[1].shape == (5,)
+    assert InferenceSession(model).run(None, feeds)[1].shape == expected[1].shape
