@@ -6,8 +6,8 @@ and ORT's transformers work inside it as in the main graph (GraphTransformer::Re
 gets each outer value it reads as a graph input, or, for an outer constant initializer, as an initializer:
 ORT's transformers treat those as constants (graph_utils::IsConstantInitializer with check_outer_scope).
 Its Constant nodes become initializers, as ORT's Graph constructor makes them for a subgraph too. Back to a
-GraphProto, the outer values are dropped again (a caller writes a body back only where it changed: ORT saves an
-unchanged subgraph as it was loaded).
+GraphProto, the outer values are dropped again. ORT saves a model no transformer changed as it was loaded; a changed
+one with every body written from its Graph (load_bodies), untouched bodies included.
 """
 import onnx
 from onnx import helper

@@ -107,8 +107,8 @@ class GraphTransformer(_Explained):
         """The same transformation inside every subgraph of `graph` (If's branches, Loop's and Scan's body),
         nested ones included, as ORT's transformers call GraphTransformer::Recurse for each node that holds
         subgraphs; returns whether any changed. A body is worked on as a Graph of its own (ortlab.ir.subgraph)
-        and written back only when it changed: ORT saves an unchanged subgraph as it was loaded (its Constant
-        nodes kept), a changed one from its Graph (where they became initializers)."""
+        and written back only when it changed; once anything changed, optimize writes every body from its Graph
+        (ortlab.ir.subgraph.load_bodies), as ORT does: only a wholly unchanged model keeps its Constant nodes."""
         modified = False
         for node in [n for n in graph.nodes() if n.holds_subgraphs()]:
             for name, bodies in node.subgraphs():
