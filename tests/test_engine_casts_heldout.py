@@ -142,7 +142,8 @@ def test_a_bfloat16_cast_inside_a_body_rounds_as_ort():
                    "Casts named InsertedPrecisionFreeCast_*, which the remover then drops; ortlab computes in "
                    "float16 (70000.5 * 2 overflows to inf; ORT gives 140001)")
 def test_a_float16_add_runs_in_float32_as_ort_inserts_casts_for_it():
-    nodes = [h.make_node("Cast", ["x"], ["h"], to=T.FLOAT16, name="c"), h.make_node("Add", ["h", "h"], ["a"], name="add"),
+    nodes = [h.make_node("Cast", ["x"], ["h"], to=T.FLOAT16, name="c"),
+             h.make_node("Add", ["h", "h"], ["a"], name="add"),
              h.make_node("Cast", ["a"], ["y"], to=T.FLOAT, name="c2")]
     assert_values_are_orts(single_output_model(nodes, [vi("x", T.FLOAT)], vi("y", T.FLOAT)), {"x": X})
 

@@ -198,6 +198,15 @@ class Graph:
             self._holders.add(node.index)
         return node
 
+    def generate_node_name(self, base):
+        """`base`, or `base_<k>`, a name no live node has (Graph::GenerateNodeName)."""
+        taken = {n.name for n in self.nodes()}
+        name, k = base, 0
+        while name in taken:
+            k += 1
+            name = f"{base}_{k}"
+        return name
+
     def remove_node(self, node):
         """Remove a node and its edges (ORT's Graph::RemoveNode). Its index is not reused."""
         node = self._live(node)

@@ -69,7 +69,7 @@ def inline_if_branch(graph, if_node, condition):
     for proto in body.node:
         node = graph.add_node(proto.op_type, [rename.get(i, i) for i in proto.input],
                               [rename.get(o, o) for o in proto.output],
-                              name=_fresh_node_name(graph, proto.name or proto.op_type),
+                              name=graph.generate_node_name(proto.name or proto.op_type),
                               domain=proto.domain, _attributes=proto.attribute, _doc=proto.doc_string)
         for old in [n for n in node.implicit_input_names() if n in rename]:
             node.rename_implicit_input(old, rename[old])
@@ -77,7 +77,7 @@ def inline_if_branch(graph, if_node, condition):
     for source, target in outputs.items():  # a branch output that is an outer value: passed on by an Identity
         if source not in rename:
             added.append(graph.add_node("Identity", [source], [target],
-                                        name=_fresh_node_name(graph, f"{target}_inlined_identity")))
+                                        name=graph.generate_node_name(f"{target}_inlined_identity")))
     return added
 
 
@@ -85,15 +85,6 @@ def _fresh(graph, name, taken):
     """`name`, or `name` with a number appended, that `graph` has no value of and `taken` holds no value to."""
     candidate, k = name, 0
     while graph.node_arg(candidate) is not None or candidate in taken.values():
-        k += 1
-        candidate = f"{name}_{k}"
-    return candidate
-
-
-def _fresh_node_name(graph, name):
-    names = {n.name for n in graph.nodes()}
-    candidate, k = name, 0
-    while candidate in names:
         k += 1
         candidate = f"{name}_{k}"
     return candidate

@@ -158,12 +158,7 @@ def bypass(graph, node, keep=0):
 
 def unique_node_name(graph, base):
     """A node name no live node has (Graph::GenerateNodeName)."""
-    taken = {n.name for n in graph.nodes()}
-    name, k = base, 0
-    while name in taken:
-        k += 1
-        name = f"{base}_{k}"
-    return name
+    return graph.generate_node_name(base)
 
 
 def unique_value_name(graph, base):
