@@ -103,3 +103,24 @@ def _as_loaded(outer, body):
     sub, outer_reads = body_graph(outer, body)
     load_bodies(sub)
     return body_proto(sub, outer_reads, body)
+
+
+def transform_bodies(graph, transform):
+    """`transform(body Graph)` on every body of `graph`'s nodes (If's branches, Loop's and Scan's body), as ORT's
+    transformers call GraphTransformer::Recurse; returns its results. A body whose result is truthy (it changed)
+    is written back, and the op domains it now imports become the model's; the others stay as loaded."""
+    results = []
+    for node in [n for n in graph.nodes() if n.holds_subgraphs()]:
+        for name, bodies in node.subgraphs():
+            new_bodies = []
+            for body in bodies:
+                sub, outer_reads = body_graph(graph, body)
+                result = transform(sub)
+                results.append(result)
+                if result:
+                    for domain, version in sub.opset_imports.items():  # a fusion's com.microsoft node
+                        graph.opset_imports.setdefault(domain, version)
+                new_bodies.append(body_proto(sub, outer_reads, body) if result else body)
+            if any(new is not old for new, old in zip(new_bodies, bodies)):
+                node.set_subgraphs(name, new_bodies)
+    return results

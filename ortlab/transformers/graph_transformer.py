@@ -16,7 +16,7 @@ rewrite) is a PatternFusion (pattern.py), which owns the walk.
 import enum
 
 from ortlab.errors import OrtlabError, as_names
-from ortlab.ir.subgraph import body_graph, body_proto
+from ortlab.ir.subgraph import transform_bodies
 from ortlab.transformers import graph_utils as gu
 from ortlab.transformers.graph_utils import label
 
@@ -109,26 +109,15 @@ class GraphTransformer(_Explained):
         subgraphs; returns whether any changed. A body is worked on as a Graph of its own (ortlab.ir.subgraph)
         and written back only when it changed; once anything changed, optimize writes every body from its Graph
         (ortlab.ir.subgraph.load_bodies), as ORT does: only a wholly unchanged model keeps its Constant nodes."""
-        modified = False
-        for node in [n for n in graph.nodes() if n.holds_subgraphs()]:
-            for name, bodies in node.subgraphs():
-                results = [self._apply_to_body(graph, body) for body in bodies]
-                if any(changed for _, changed in results):
-                    node.set_subgraphs(name, [body for body, _ in results])
-                    modified = True
-        return modified
+        return any(transform_bodies(graph, self._apply_to_body))
 
-    def _apply_to_body(self, graph, body):
-        """(the body, new where the transformation changed it; whether it did)."""
-        sub, outer_reads = body_graph(graph, body)
+    def _apply_to_body(self, sub):
+        """This transformation on one body Graph and the bodies inside it; whether it changed anything."""
         changed = bool(self.apply_impl(sub))
         changed = self.apply_to_subgraphs(sub) | changed
-        if not changed:
-            return body, False
-        gu.remove_unused_initializers(sub)
-        for domain, version in sub.opset_imports.items():  # a fusion's com.microsoft node: the model's import
-            graph.opset_imports.setdefault(domain, version)
-        return body_proto(sub, outer_reads, body), True
+        if changed:
+            gu.remove_unused_initializers(sub)
+        return changed
 
     def __repr__(self):
         return f"{self.name}(level={self.level})"

@@ -16,7 +16,7 @@ tests/test_remove_duplicate_cast.py against ORT's saved graphs and values).
 """
 from onnx import TensorProto as T
 
-from ortlab.ir.subgraph import body_graph, body_proto
+from ortlab.ir.subgraph import transform_bodies
 
 BOOL, INTEGER, UNSIGNED, FLOAT = 0, 1, 2, 3  # GetTypeGroup
 TYPE_GROUPS = {T.BOOL: BOOL, **dict.fromkeys((T.INT8, T.INT16, T.INT32, T.INT64), INTEGER),
@@ -88,18 +88,7 @@ def remove_duplicate_casts(graph, types=None):
 def _remove_in_bodies(graph):
     """The remover inside each body of `graph`'s nodes, nested bodies included; a body is written back only
     where a Cast went (ORT saves an unchanged subgraph as loaded)."""
-    removed = []
-    for node in [n for n in graph.nodes() if n.holds_subgraphs()]:
-        for attribute, bodies in node.subgraphs():
-            new_bodies, changed = [], False
-            for body in bodies:
-                sub, outer_reads = body_graph(graph, body)
-                gone = remove_duplicate_casts(sub)
-                new_bodies.append(body_proto(sub, outer_reads, body) if gone else body)
-                changed, removed = changed or bool(gone), removed + gone
-            if changed:
-                node.set_subgraphs(attribute, new_bodies)
-    return removed
+    return [name for gone in transform_bodies(graph, remove_duplicate_casts) for name in gone]
 
 
 def _remove_in_graph(graph, types):
