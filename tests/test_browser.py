@@ -6,7 +6,6 @@ Headless Debian chromium through chromedriver. Where ORTLAB_REQUIRE_BROWSER=1
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -16,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from conftest import ROOT, browser_or_skip
+from processes import stop_group
 from ortlab import viz
 
 ARTIFACTS = ROOT / "artifacts"
@@ -116,9 +116,7 @@ def jupyterlab(tmp_path):
     try:
         yield wait_for(target, timeout=120, what="JupyterLab to open a browser")
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
+        stop_group(proc)  # SIGTERM, then SIGKILL: a server left running fails other tests
         log.close()
 
 

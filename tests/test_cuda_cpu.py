@@ -11,6 +11,8 @@ import textwrap
 import numpy as np
 import pytest
 
+import processes
+
 import ortlab.cuda as cuda
 from ortlab.cuda import cpu
 from ortlab.errors import OrtlabError
@@ -418,8 +420,10 @@ def test_stop_worker_leaves_no_child_process(block_sum):
     x, out = np.arange(256, dtype=np.float32), np.zeros(1, np.float32)
     cpu.launch(block_sum, 1, 256, x, out, 256)  # a timed launch: runs in the worker
     assert cpu._WORKER is not None and cpu._WORKER.alive()
+    worker = cpu._WORKER.pid
     cpu.stop_worker()
-    with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)
+    with pytest.raises(ChildProcessError):  # reaped: the worker is not even a zombie
+        os.waitpid(worker, os.WNOHANG)
+    assert worker not in processes.children()  # (another test's leftover child is not looked at)
     cpu.launch(block_sum, 1, 256, x, out, 256)  # the next launch starts a new one
     assert out[0] == x.sum()

@@ -16,6 +16,8 @@ import types
 import pytest
 import torch
 
+import processes
+
 from ortlab.distributed import LaunchError, LaunchResult, launch, launcher
 from ortlab.walkthroughs import distributed_training as examples
 
@@ -23,19 +25,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _children():
-    """Process ids whose parent is this process (zombies included), except multiprocessing's
-    resource tracker, which lives as long as this process once anything was spawned."""
+    """Process ids whose parent is this process, except multiprocessing's resource tracker, which
+    lives as long as this process once anything was spawned."""
     tracker = getattr(multiprocessing.resource_tracker._resource_tracker, "_pid", None)
-    found = []
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid():
-            found.append(int(stat.split("/")[2]))
-    return [pid for pid in found if pid != tracker]
+    return processes.children(exclude=[tracker])
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -62,16 +55,23 @@ def test_launch_folders_go_to_this_modules_own_tmp(private_tmp, monkeypatch):
     assert os.path.basename(made[0]).startswith("ortlab-launch-") and not os.path.exists(made[0])
 
 
-def assert_nothing_left(pids, dirs_before):
+def _before():
+    """What exists before a launch: its folders and this process's children (another test's
+    leftover must not fail this module's "nothing left" checks)."""
+    return _launch_dirs(), _children()
+
+
+def assert_nothing_left(pids, before):
+    dirs_before, children_before = before
     assert pids and all(not os.path.exists(f"/proc/{pid}") for pid in pids)
-    assert _children() == []
+    assert _children() - children_before == set()
     assert _launch_dirs() - dirs_before == set()
 
 
 @pytest.fixture(scope="module")
 def facts():
     """One 2-rank launch of examples.launch_facts, told this machine has 1 core (so 2 ranks > cores)."""
-    dirs = _launch_dirs()
+    dirs = _before()
     saved = launcher.cores
     launcher.cores = lambda: 1
     try:
@@ -136,7 +136,7 @@ def test_proc_net_addresses_are_decoded():
 
 
 def test_a_failing_rank_is_named_with_its_exception():
-    dirs = _launch_dirs()
+    dirs = _before()
     with pytest.raises(LaunchError) as info:
         launch(examples.fail_on_rank, world_size=2, args=(1,))
     error = info.value
@@ -152,7 +152,7 @@ def test_a_failing_rank_is_named_with_its_exception():
 def test_a_hung_rank_is_stopped_and_its_stack_shown(facts):
     started = facts[0].seconds  # this machine's start-up time for 2 ranks, now
     timeout = min(max(10.0, 2.0 * started), 45.0)
-    dirs = _launch_dirs()
+    dirs = _before()
     with pytest.raises(LaunchError) as info:
         launch(examples.hang_on_rank, world_size=2, args=(1,), timeout=timeout)
     error = info.value

@@ -5,7 +5,6 @@ event reader, ORT 1.19.2's SummaryScalar kernel (the same Summary proto, byte fo
 page TensorBoard serves, opened in headless Chromium (the fixtures of test_browser.py).
 """
 import os
-import signal
 import struct
 import subprocess
 import urllib.request
@@ -17,6 +16,7 @@ import pytest
 import torch
 
 from conftest import ROOT
+from processes import stop_group
 from ortlab.training import tensorboard, train
 from ortlab.training.tensorboard import (GRAD_NORM, LOSS, LR, TensorBoardError, log_run, open_writer,
                                          plot_scalars, read_scalars)
@@ -238,9 +238,7 @@ def tensorboard_server(tmp_path):
         family = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
         yield url, proc.pid, history
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
+        stop_group(proc)
         log.close()
         gone, alive = psutil.wait_procs(family, timeout=10)
         assert not alive, f"left running: {alive}"
