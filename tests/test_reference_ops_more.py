@@ -384,7 +384,7 @@ def test_decomposed_layernorm_fused_twice_runs_in_ortlab_engine_as_in_ort():
                  "e2e-decomposed vs-ORT-on-the-original", rtol=1e-4, atol=1e-5)
 
 
-def test_report_max_differences(capsys):
-    """Prints the largest difference from ORT seen per op (run with -s to read it)."""
-    with capsys.disabled():
-        print("\nmax |ortlab - ORT| per op:", {k: f"{v:.3g}" for k, v in sorted(MAX_DIFF.items())})
+def teardown_module():
+    """Prints the largest difference from ORT seen per op (run with -s to read it); a report, not a test:
+    each comparison asserted its own tolerance where it was made."""
+    print("\nmax |ortlab - ORT| per op:", {k: f"{v:.3g}" for k, v in sorted(MAX_DIFF.items())})
