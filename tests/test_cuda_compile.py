@@ -8,31 +8,14 @@ import re
 
 import pytest
 
+import cuda_sources
 import ortlab.cuda as cuda
 from ortlab.cuda import ptxas
 from ortlab.errors import OrtlabError
 
 ARCHS = ("sm_60", "sm_70", "sm_80", "sm_90")
 
-# A block reduction: 256 floats in shared memory, halved log2(256) = 8 times, one barrier per step.
-REDUCTION = r"""
-#ifndef UNROLL
-#define UNROLL 256
-#endif
-#define BLOCK 256
-extern "C" __global__ void __launch_bounds__(BLOCK) block_sum(const float* x, float* out, int n) {
-  __shared__ float buf[BLOCK];
-  int i = blockIdx.x * BLOCK + threadIdx.x;
-  buf[threadIdx.x] = i < n ? x[i] : 0.0f;
-  __syncthreads();
-  #pragma unroll UNROLL
-  for (int s = BLOCK / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) out[blockIdx.x] = buf[0];
-}
-"""
+REDUCTION = cuda_sources.block_sum()
 
 
 @pytest.fixture(scope="module")

@@ -11,29 +11,15 @@ import textwrap
 import numpy as np
 import pytest
 
+import cuda_sources
 import processes
 
 import ortlab.cuda as cuda
 from ortlab.cuda import cpu
 from ortlab.errors import OrtlabError
 
-REDUCTION = r"""
-#define BLOCK 256
-extern "C" __global__ void __launch_bounds__(BLOCK) block_sum(const float* x, float* out, int n) {
-  __shared__ float buf[BLOCK];
-  int i = blockIdx.x * BLOCK + threadIdx.x;
-  buf[threadIdx.x] = i < n ? x[i] : 0.0f;
-  __syncthreads();
-  #pragma unroll
-  for (int s = BLOCK / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
-    SYNC
-  }
-  if (threadIdx.x == 0) out[blockIdx.x] = buf[0];
-}
-"""
-GOOD = REDUCTION.replace("SYNC", "__syncthreads();")
-RACY = REDUCTION.replace("SYNC", "")  # the barrier inside the loop forgotten
+GOOD = cuda_sources.block_sum()
+RACY = cuda_sources.block_sum("")  # the barrier inside the loop forgotten
 
 TRANSPOSE = r"""
 extern "C" __global__ void transpose(const float* a, float* t, int rows, int cols) {

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from torch_reference import sgd_losses
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
 from ortlab.models import TinyBert, TinyGPT, WithLossModule, get
@@ -24,16 +25,7 @@ TOL = 1e-5
 
 def reference_losses(module, batches, steps, lr=0.05):
     """PyTorch's losses for a copy of `module`: plain SGD, plain loop (no ortlab helper involved)."""
-    model = copy.deepcopy(module)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    losses = []
-    for step in range(steps):
-        opt.zero_grad()
-        loss = model(*batches[step % len(batches)])
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    return sgd_losses(copy.deepcopy(module), batches, steps, lr=lr)
 
 
 def diff(a, b):

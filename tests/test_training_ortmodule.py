@@ -9,27 +9,17 @@ import numpy as np
 import pytest
 import torch
 
+from torch_reference import sgd_losses
 from ortlab import models
 from ortlab.training import MiniORTModule
 from ortlab.ortmodule import driver as om
-
-
-def _torch_losses(module, batches, steps, lr=0.05):
-    optimizer, losses = torch.optim.SGD(module.parameters(), lr=lr), []
-    for step in range(steps):
-        optimizer.zero_grad()
-        loss = module(*batches[step % len(batches)])
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
 
 
 @pytest.fixture(scope="module")
 def bert_run(tmp_path_factory):
     module = models.get("bert", dropout=0.0)
     batches = [module.example_inputs(seed=s) for s in range(2)]
-    expected = _torch_losses(copy.deepcopy(module), batches, 3)
+    expected = sgd_losses(copy.deepcopy(module), batches, 3)
     run = om.train(module, batches, 3, prefix="bert", folder=tmp_path_factory.mktemp("dumps"))
     return run, expected
 
@@ -75,7 +65,7 @@ def test_fallback_to_pytorch_and_fallback_disable():
     Lgamma = models.LgammaRegressor
     torch.manual_seed(0)
     module, batches = Lgamma(), [(torch.randn(8, 4),)]
-    expected = _torch_losses(copy.deepcopy(module), batches, 2)
+    expected = sgd_losses(copy.deepcopy(module), batches, 2)
     run = om.train(module, batches, 2, save_onnx=False)
     assert run.fell_back and run.grep("Fallback to PyTorch")
     np.testing.assert_allclose(run.losses, expected, rtol=1e-6)
@@ -90,7 +80,7 @@ def test_compute_optimizer_off_crashes_ort_1_19_2_unless_the_hook_is_fixed():
         om.train(copy.deepcopy(module), batches, 1, fix_label_hook=False, ENABLE_COMPUTE_OPTIMIZER=0)
     on = om.train(copy.deepcopy(module), batches, 2)
     off = om.train(copy.deepcopy(module), batches, 2, ENABLE_COMPUTE_OPTIMIZER=0)
-    np.testing.assert_allclose(off.losses, _torch_losses(copy.deepcopy(module), batches, 2), rtol=1e-5)
+    np.testing.assert_allclose(off.losses, sgd_losses(copy.deepcopy(module), batches, 2), rtol=1e-5)
     np.testing.assert_allclose(on.losses, off.losses, rtol=1e-5)
     assert om.op_counts(on.graphs()["execution_model"]) != om.op_counts(off.graphs()["execution_model"])
 

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from torch_reference import sgd_losses
 from ortlab import models
 from ortlab.training.data import progression_batches
 from ortlab.walkthroughs import convergence_investigation as ci
@@ -14,16 +15,7 @@ def torch_losses(steps=24, lr=1.0, zero_grad=False):
     torch.manual_seed(0)
     model = models.get("gpt", **ci.MODEL)
     batches = progression_batches(**ci.DATA)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    losses = []
-    for step in range(steps):
-        if zero_grad:
-            optimizer.zero_grad()
-        loss = model(*batches[step % len(batches)])
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
+    return sgd_losses(model, batches, steps, lr=lr, zero_grad=zero_grad)
 
 
 @pytest.fixture(scope="module")
