@@ -99,9 +99,10 @@ class ExportedModel:
 def _export(module, flat_inputs, names, opset):
     flat = _FlattenedModule(module, flat_inputs)
     mode = torch.onnx.TrainingMode.TRAINING if flat_inputs.schema.training else torch.onnx.TrainingMode.EVAL
+    copies = input_copies(flat_inputs.tensors)
     try:
-        with torch.no_grad(), unchanged_state(module):
-            n_out = len(flat(*flat_inputs.tensors))
+        with torch.no_grad(), unchanged_state(module), unchanged_inputs(flat_inputs.tensors, copies, names):
+            n_out = len(flat(*copies))
     except OrtlabError:
         raise
     except Exception as exc:
@@ -113,7 +114,7 @@ def _export(module, flat_inputs, names, opset):
         warnings.simplefilter("ignore")  # the exporter's deprecation notices...
         warnings.simplefilter("always", torch.jit.TracerWarning)  # ...but not the tracer's
         try:
-            torch.onnx.export(flat, tuple(flat_inputs.tensors), buffer, input_names=names,
+            torch.onnx.export(flat, tuple(input_copies(flat_inputs.tensors)), buffer, input_names=names,
                               output_names=out_names, opset_version=opset, training=mode,
                               do_constant_folding=False, export_params=True,
                               dynamic_axes={n: {d: f"{n}_dim{d}" for d in range(t.dim())}
@@ -134,6 +135,37 @@ def _reason(exc, limit=600):
     text = str(exc).split("Torch IR graph at exception")[0].split("[Caused by the value")[0]
     text = " ".join(line.strip() for line in text.splitlines() if line.strip())
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+class InputWriteError(ExportError):
+    """The module's forward writes one of its inputs in place: the graph cannot write a caller's tensor."""
+
+
+def input_copies(tensors):
+    """Detached copies of the inputs (requires_grad kept; a tensor passed twice copied once), for the export's
+    runs: ORTModule's _io.deepcopy_model_input, "since input values may change after model run"."""
+    made = {}
+    for t in tensors:
+        if id(t) not in made:
+            made[id(t)] = t.detach().clone().requires_grad_(t.requires_grad)
+    return [made[id(t)] for t in tensors]
+
+
+@contextlib.contextmanager
+def unchanged_inputs(tensors, copies, names):
+    """Run the block (one forward on `copies` of `tensors`) and refuse if it wrote a copy in place (its
+    version moved, or its values differ from the caller's tensor: `x.data` writes bump no version)."""
+    versions = [c._version for c in copies]
+    yield
+    written = [n for n, t, c, v in zip(names, tensors, copies, versions) if c._version != v or not _same(c, t)]
+    if written:
+        listed = ", ".join(f"'{n}'" for n in dict.fromkeys(written))
+        raise InputWriteError(
+            f"the module's forward writes its input {listed} in place (x.mul_(2), x += 1, x[0] = ..., "
+            "x.data...): the exported graph cannot write a caller's tensor, so ORT computes from a copy and "
+            "leaves yours as it was, where PyTorch changes it (ORTModule 1.19.2 does so silently, and loses "
+            "the write's effect on a tensor passed twice). Nothing was changed. Write it out of place "
+            "(x = x * 2, x = x + 1) or clone it first (x = x.clone()), or run the module in plain PyTorch")
 
 
 class StateUpdateError(ExportError):
