@@ -3,6 +3,7 @@ EP has a kernel for and equal real onnxruntime 1.19.2 on the CPU EP; the whole p
 with the CUDA EP on the CPU runner and the Triton EP interpreted (the device path with the device replaced);
 planted wrong kernels and placements come out as mismatches, never as a pass; its dry run, budget and record.
 """
+import dataclasses
 import json
 import math
 import os
@@ -170,18 +171,20 @@ def only(monkeypatch, *names, eps=("cuda",)):
     monkeypatch.setattr(gpu_engine, "DEVICE_EPS", eps)
 
 
-def planted(monkeypatch, key, change):
-    """The CUDA op kernel of `key` with `change(outputs) -> outputs` applied after it runs."""
+def planted(request, key, change):
+    """The CUDA op kernel of `key` with `change(outputs) -> outputs` applied after it runs, for this test."""
     op = op_kernels.OPS[key]
 
     def run(call, *inputs):
         return change(list(op.run(call, *inputs)))
-    monkeypatch.setitem(op_kernels.OPS, key, op_kernels.CudaOp(op.op_type, op.domain, op.source, op.check, run))
+    swap = op_kernels.OPS.using(key, dataclasses.replace(op, run=run))
+    swap.__enter__()
+    request.addfinalizer(lambda: swap.__exit__(None, None, None))
 
 
-def test_a_wrong_cuda_kernel_is_a_mismatch(monkeypatch):
+def test_a_wrong_cuda_kernel_is_a_mismatch(monkeypatch, request):
     only(monkeypatch, "reduce_sum")
-    planted(monkeypatch, ("ReduceSum", ""), lambda outs: [outs[0] + np.float32(1e-2)])
+    planted(request, ("ReduceSum", ""), lambda outs: [outs[0] + np.float32(1e-2)])
     result = check_engine(Context(), size="small", repeat=0, require_gpu=False)
     assert [m.split(" max abs error")[0] for m in result["mismatches"]] == ["reduce_sum on cuda: y_last",
                                                                           "reduce_sum on cuda: y_last2"]
@@ -199,27 +202,25 @@ def test_a_node_on_another_ep_than_expected_is_a_mismatch(monkeypatch):
     assert result["rows"][0]["placement as expected"] is False and result["checks"]["passed"] == 0
 
 
-def test_dropout_with_a_wrong_scale_or_a_mask_that_keeps_all_is_a_mismatch(monkeypatch):
+def test_dropout_with_a_wrong_scale_or_a_mask_that_keeps_all_is_a_mismatch(monkeypatch, request):
     only(monkeypatch, "dropout_training")
-    planted(monkeypatch, ("Dropout", ""), lambda outs: [outs[0] * np.float32(1.001), outs[1]])
+    planted(request, ("Dropout", ""), lambda outs: [outs[0] * np.float32(1.001), outs[1]])
     result = check_engine(Context(), size="small", repeat=0, require_gpu=False)
     assert [m.split(" max abs error")[0] for m in result["mismatches"]] == ["dropout_training on cuda: y"]
 
-    planted(monkeypatch, ("Dropout", ""), lambda outs: [outs[0], np.ones_like(outs[1])])
+    planted(request, ("Dropout", ""), lambda outs: [outs[0], np.ones_like(outs[1])])
     result = check_engine(Context(), size="small", repeat=0, require_gpu=False)
     assert any(m.startswith("dropout_training on cuda: y max abs error") for m in result["mismatches"])
     assert "dropout_training on cuda: kept 1.0 of the elements, expected 0.7 within 5 standard deviations" in \
         result["mismatches"]
 
 
-def test_a_session_that_fails_is_not_run_with_its_error_and_the_others_still_run(monkeypatch):
+def test_a_session_that_fails_is_not_run_with_its_error_and_the_others_still_run(monkeypatch, request):
     only(monkeypatch, "reduce_sum", "gather_grad")
 
-    def boom(call, *inputs):
+    def boom(outputs):
         raise op_kernels.CudaOpError("planted failure")
-    op = op_kernels.OPS[("ReduceSum", "")]
-    monkeypatch.setitem(op_kernels.OPS, ("ReduceSum", ""),
-                        op_kernels.CudaOp(op.op_type, op.domain, op.source, op.check, boom))
+    planted(request, ("ReduceSum", ""), boom)
     result = check_engine(Context(), size="small", repeat=0, require_gpu=False)
     assert len(result["not run"]) == 1 and result["not run"][0].startswith("reduce_sum on cuda: failed: ")
     assert "planted failure" in result["not run"][0]

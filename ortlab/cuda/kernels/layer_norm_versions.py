@@ -1,0 +1,11 @@
+"""LayerNormalization forward three ways, naive to ORT's shape (notebook L3_01). No op kernel runs them:
+ortlab.walkthroughs.kernel_optimization launches them.
+
+Mirrors onnxruntime/contrib_ops/cuda/layer_norm_impl.cu (the third version's shape).
+"""
+from ortlab.cuda.kernels.registration import CudaSource, register_source
+
+SOURCE = register_source(CudaSource(
+    "layer_norm_versions", "layer_norm_versions.cu",
+    ("layer_norm_naive", "layer_norm_block_tree", "layer_norm_warp_vec4"),
+    ("onnxruntime/contrib_ops/cuda/layer_norm_impl.cu",)))
