@@ -239,3 +239,20 @@ def test_a_block_that_is_not_whole_warps_is_caught_at_the_shuffle(built):
         y = np.zeros(5, np.float32)
         cuda.launch(kernel, 3, block, x, y, 5, 77)
         np.testing.assert_allclose(y, x.sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_each_cu_file_is_registered_once_by_the_module_beside_it_with_the_ops_that_launch_it():
+    from ortlab.cuda.kernels import registration
+
+    folder = registration.FOLDER
+    cu_files = {p.name for p in folder.glob("*.cu")}
+    assert {entry.file for entry in kernels.SOURCES.values()} == cu_files
+    for name, entry in kernels.SOURCES.items():
+        assert entry.file == f"{name}.cu" and (folder / f"{name}.py").is_file()
+        text = (folder / f"{name}.py").read_text()
+        assert text.count("register_source(") == 1, name
+    for key, op in kernels.OPS.items():  # an op's recipe lives in its source's module, nowhere else
+        assert op.source in kernels.SOURCES and op.run.__module__ == f"ortlab.cuda.kernels.{op.source}", key
+    with pytest.raises(OrtlabError, match="register its CUDA source 'nowhere' first"):
+        registration.register_cuda_op("Nowhere", "", registration.CudaSource("nowhere", "x.cu", (), ()),
+                                      check=lambda spec: None)
