@@ -1,0 +1,169 @@
+"""ORT 1.19.2 run in a child process, one call at a time: a kernel that traps (an integer division by
+zero is SIGFPE, which no Python code can catch), crashes or hangs kills or stalls that child only. The
+parent waits at most a timeout, stops the child for certain, and raises OrtDied naming the signal and
+what ORT was doing. An error ORT raises on purpose (a SessionError...) comes back as itself.
+
+The child is forked: it starts in milliseconds, with the model and feeds already in its memory, and runs
+nothing of the caller's script again (as a spawned child would)."""
+import faulthandler
+import multiprocessing
+import re
+import signal
+import tempfile
+import traceback
+from collections import Counter
+from pathlib import Path
+
+import onnx
+
+from ortlab.compare.report import CompareError
+from ortlab.errors import OrtlabError
+
+ORT_TIMEOUT_S = 600      # one ORT call (load, optimize, build gradients, run): then the child is stopped
+SIGNALS = {"SIGFPE": "an arithmetic trap: an integer division or remainder by zero",
+           "SIGSEGV": "a memory fault inside ORT", "SIGBUS": "a memory fault inside ORT",
+           "SIGABRT": "ORT aborted", "SIGILL": "an illegal instruction",
+           "SIGKILL": "killed from outside, often by the system for lack of memory"}
+
+
+class OrtDied(CompareError):
+    """ORT's child process died (a signal, an exit) or did not finish in time: nothing to compare with."""
+
+
+def _started(pid):
+    """Called with each child's pid as it starts (a hook for tests that check the child is gone)."""
+
+
+def in_child(what, fn, *args, timeout=None):
+    """fn(*args) in a forked child; its result (pickled back), or the OrtlabError it raised, raised here.
+
+    `what` says what the call does ("running the model on ...") for OrtDied's message."""
+    timeout = ORT_TIMEOUT_S if timeout is None else timeout
+    _preload()
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_serve, args=(send, fn, args), daemon=True)
+    child.start()
+    _started(child.pid)
+    send.close()  # the child holds the only sending end: its death is an end of file here
+    try:
+        kind, payload = _receive(receive, child, what, timeout)
+    finally:
+        receive.close()
+        _stop(child)
+    if kind == "error":
+        raise RuntimeError(f"ORT's side of compare failed while {what}:\n{payload}")
+    if kind == "refused":
+        raise _remade(*payload)
+    return payload
+
+
+def _preload():
+    """Import what the calls below need in this process, once: each forked child then starts with ORT
+    (and torch, which ORT's training build loads) already imported, instead of seconds of imports."""
+    import ortlab.gradients.ort  # noqa: F401
+    import ortlab.session  # noqa: F401
+    import ortlab.walkthroughs.memory_recompute  # noqa: F401
+
+
+def _serve(send, fn, args):
+    """The child: run fn, send ("ok", result), ("refused", the OrtlabError) or ("error", a traceback).
+    Python's faulthandler (pytest's, or PYTHONFAULTHANDLER) is off here: the parent reports the death."""
+    faulthandler.disable()
+    try:
+        message = ("ok", fn(*args))
+    except OrtlabError as exc:
+        message = ("refused", (type(exc), str(exc)))
+    except Exception:  # noqa: BLE001 - a bug, sent whole so that the parent shows it
+        message = ("error", traceback.format_exc())
+    try:
+        send.send(message)
+    except Exception:  # noqa: BLE001 - a result or error that does not pickle
+        send.send(("error", traceback.format_exc()))
+    send.close()
+
+
+def _remade(cls, message):
+    """The child's OrtlabError, made again here (a CompareError when its class takes other arguments)."""
+    try:
+        return cls(message)
+    except Exception:  # noqa: BLE001 - an __init__ with another signature
+        return CompareError(message)
+
+
+def _receive(receive, child, what, timeout):
+    if not receive.poll(timeout):
+        child.kill()
+        raise OrtDied(f"ORT 1.19.2 did not finish {what} within {timeout:g} s, so it was stopped: "
+                      "give the dynamic dimensions smaller sizes (--dim NAME=N), or compare a smaller model")
+    try:
+        return receive.recv()
+    except (EOFError, OSError):
+        child.join(30)
+        raise OrtDied(f"ORT 1.19.2 {_death(child.exitcode)} while {what}: nothing to compare with") from None
+
+
+def _death(code):
+    """How the child ended, in words: 'died with SIGFPE (...)' or 'exited with status 3'."""
+    if code is None:
+        return "stopped answering"
+    if code >= 0:
+        return f"exited with status {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"died with signal {-code}"
+    return f"died with {name} ({SIGNALS[name]})" if name in SIGNALS else f"died with {name}"
+
+
+def _stop(child):
+    """The child ends for certain: it exits by itself after sending, or is killed."""
+    child.join(10)
+    if child.is_alive():
+        child.kill()
+        child.join()
+    child.close()
+
+
+# --- the calls compare() makes, each in its own child ----------------------------------------------
+
+def ort_loads(model):
+    """ORT 1.19.2 loads the model (optimizations off), or raises SessionError with ORT's reason."""
+    from ortlab import session
+
+    session.create(model, session.session_options("disable"), ["CPUExecutionProvider"])
+
+
+def ort_optimized(model, level):
+    """ORT's optimized graph at `level` ('basic', 'extended', 'all') on the CPU EP, and the transformers
+    that logged "modified: 1" while making it (graph_transformer.cc, verbose)."""
+    from ortlab import session
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "optimized.onnx"
+        lines = session.initialization_log(model, 0, ["CPUExecutionProvider"], level=level,
+                                           optimized_model_filepath=str(path))
+        optimized = onnx.load(str(path))
+    fired = Counter(m.group(1) for line in lines if (m := re.search(r"GraphTransformer (\S+) modified: 1", line)))
+    return optimized, fired
+
+
+def ort_gradient_graph(model, xs, loss):
+    """The forward + backward model ORT's C++ GradientGraphBuilder builds."""
+    from ortlab.gradients.ort import ort_gradient_graph as build
+
+    return build(model, xs, loss)
+
+
+def run_model(model, feeds):
+    """{output name: array} from one ORT run, optimizations off."""
+    from ortlab.session import run_model as run
+
+    return run(model, feeds)
+
+
+def ort_block(model, feeds):
+    """The memory-pattern block ORT asks its CPU arena for on the first run (None when not logged)."""
+    from ortlab.walkthroughs.memory_recompute import ort_block as block
+
+    return block(model, feeds)
