@@ -444,3 +444,27 @@ def test_a_pattern_match_that_returns_neither_match_reason_nor_none_is_explained
     graph.resolve()
     with pytest.raises(TransformerError, match="return a Match .*a str .*or None"):
         Wrong().apply(graph)
+
+
+def test_the_run_order_is_ort_order_whatever_the_registration_order():
+    """graph_transformer_utils.cc's order (registry.ORT_ORDER, ORT_RULE_ORDER) is the one source: a class
+    registered again (last in registration order) keeps its place; an unlisted one runs after ORT's."""
+    from ortlab.transformers import registry
+
+    first_rule, first_fusion = registry.RULES["EliminateIdentity"], registry.TRANSFORMERS["ConstantSharing"]
+    try:
+        registry.unregister("EliminateIdentity")
+        registry.unregister("ConstantSharing")
+        registry.register_rule(first_rule[0])(first_rule[1])
+        registry.register_transformer(first_fusion[0], first_fusion[2])(first_fusion[1])
+        rules = [cls.__name__ for _, cls in registry.in_ort_order(registry.RULES)]
+        fusions = [cls.__name__ for _, cls, _ in registry.in_ort_order()]
+        assert rules[:len(registry.ORT_RULE_ORDER)] == registry.ORT_RULE_ORDER
+        assert fusions[:len(registry.ORT_ORDER)] == registry.ORT_ORDER
+        assert rules[-1] == "NoopReshapeElimination"  # ortlab's own rule, after ORT's
+        from ortlab.transformers import GraphTransformerManager
+        (rule_based, *_) = GraphTransformerManager.from_registry(level=1).transformers[1]
+        assert [type(r).__name__ for r in rule_based.rules] == rules
+    finally:
+        registry.register_rule(first_rule[0])(first_rule[1])
+        registry.register_transformer(first_fusion[0], first_fusion[2])(first_fusion[1])

@@ -12,7 +12,8 @@ from ortlab.transformers.graph_transformer import (GraphTransformer, RewriteRule
 from ortlab.transformers.pattern import Match, PatternFusion
 from ortlab.transformers.registry import LEVELS, known_names, register_rule, register_transformer, unregister
 
-# importing the modules registers their transformers, in ORT's order within each level
+# importing the modules registers their transformers and rules; the order they run in is
+# registry.ORT_ORDER and registry.ORT_RULE_ORDER, not the order of these lines
 from ortlab.transformers import eliminations  # noqa: E402,F401  (level 1 rules)
 from ortlab.transformers.slice_elimination import EliminateSlice  # noqa: E402
 from ortlab.transformers.expand_elimination import ExpandElimination  # noqa: E402

@@ -2,8 +2,9 @@
 
 Mirrors onnxruntime/core/optimizer/graph_transformer_mgr.h/.cc (ApplyTransformers) and the
 level loop of InferenceSession::TransformGraph (onnxruntime/core/session/inference_session.cc).
-For each level, step after step up to the step limit: every transformer of the level in
-registration order (apply-once ones in the first step only), the graph re-resolved after each
+For each level, step after step up to the step limit: every transformer of the level in the
+order it was registered with the manager (from_registry: ORT's order, registry.ORT_ORDER and
+ORT_RULE_ORDER; apply-once ones in the first step only), the graph re-resolved after each
 one that changed it; the loop ends with the first step in which nothing changed. Every
 application is recorded: which nodes it removed, added and fused, why it declined others, and
 how many times each transformer (each rule, inside a rule-based transformer) fired.
@@ -64,7 +65,7 @@ class GraphTransformerManager:
         providers = check_providers(providers, OrtlabError)
         manager = cls(steps)
         for lvl in range(1, level + 1):
-            rules = [_instantiate(r, options) for lv, r in registry.RULES.values()
+            rules = [_instantiate(r, options) for lv, r in registry.in_ort_order(registry.RULES)
                      if lv == lvl and _named(wanted, r.__name__, lvl)]
             if rules:
                 manager.register(RuleBasedGraphTransformer(registry.rule_transformer_name(lvl), rules, lvl))

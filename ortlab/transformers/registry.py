@@ -17,18 +17,27 @@ TRANSFORMERS = Registry("graph transformer", op_keys=False, duplicates="replace"
 RULES = Registry("rewrite rule", op_keys=False, duplicates="replace")  # name -> (level, class)
 
 
-# ORT's order within each level (graph_transformer_utils.cc); transformers a lab adds run after these.
+# The one source of the order in which the optimizer runs them, within each level: ORT's, as
+# onnxruntime/core/optimizer/graph_transformer_utils.cc lists them (GenerateRewriteRules,
+# GenerateTransformers). A name not listed (ortlab's own, or a lab's) runs after these, in the
+# order it was registered. Importing a module only registers; it sets no order.
+ORT_RULE_ORDER = ["EliminateIdentity", "EliminateSlice", "EliminateDropout", "ExpandElimination", "CastElimination",
+                  "PreShapeNodeElimination", "NoopElimination", "DivMulFusion", "GemmSumFusion",
+                  "GemmTransposeFusion", "NotWhereFusion"]
 ORT_ORDER = ["ConstantSharing", "CommonSubexpressionElimination", "ConstantFolding", "MatMulAddFusion",
              "ReshapeFusion", "GemmActivationFusion", "GeluFusion", "LayerNormFusion", "SimplifiedLayerNormFusion",
              "GatherToSliceFusion", "MatmulTransposeFusion", "BiasGeluFusion", "SkipLayerNormFusion",
              "BiasSoftmaxFusion", "BiasDropoutFusion", "MatMulScaleFusion"]
 
 
-def in_ort_order():
-    """The registered (level, class, EPs) entries, ORT's own first in ORT's order, then the rest
-    in registration order."""
-    rank = {name: i for i, name in enumerate(ORT_ORDER)}
-    return sorted(TRANSFORMERS.values(), key=lambda t: rank.get(t[1].__name__, len(rank)))
+def in_ort_order(table=None):
+    """The entries of `table` (TRANSFORMERS: (level, class, EPs); RULES: (level, class)) in the order
+    the optimizer runs them: ORT's first, in ORT_ORDER / ORT_RULE_ORDER, then the rest in registration
+    order."""
+    table = TRANSFORMERS if table is None else table
+    order = ORT_RULE_ORDER if table is RULES else ORT_ORDER
+    rank = {name: i for i, name in enumerate(order)}
+    return sorted(table.values(), key=lambda entry: rank.get(entry[1].__name__, len(rank)))
 
 
 def _check_level(level):

@@ -230,7 +230,7 @@ def largest_difference(model, optimized, feeds):
 def levels_table():
     """Every registered transformer and rule: level, kind, EPs, and the first line of its docstring."""
     rows = [(level, f"{registry.rule_transformer_name(level)}: {cls.__name__}", "rule", "all",
-             (cls.__doc__ or "").strip().splitlines()[0]) for level, cls in registry.RULES.values()]
+             (cls.__doc__ or "").strip().splitlines()[0]) for level, cls in registry.in_ort_order(registry.RULES)]
     rows += [(level, cls.__name__, "transformer", ", ".join(eps) if eps else "all",
               (cls.__doc__ or "").strip().splitlines()[0]) for level, cls, eps in registry.in_ort_order()]
     rows.sort(key=lambda r: r[0])
