@@ -47,6 +47,14 @@ class _AlwaysPass:
 _lab07.run_checks = _AlwaysPass()
 """
 
+PATCHES_ORTLAB = """\
+import ortlab.labs
+from ortlab.labs import checks as _checks
+def _forged(exercise, *args, **kwargs):
+    _checks.check(exercise, lambda: None)
+ortlab.labs.check_value = ortlab.labs.check_function = _forged
+"""
+
 ALWAYS_EQUAL = """\
 class _Same:  # equal to anything
     def __eq__(self, other):
@@ -89,32 +97,142 @@ def test_a_forgery_in_a_stubbed_demo_lab_does_not_pass(forgery, demo, tmp_path):
     assert {r.status for r in results.values()} == {"not done"}, results
 
 
-def test_lab07_with_every_exercise_a_stub_and_both_forgeries_does_not_pass(tmp_path):
-    """The job-script half of the lab is left out (it is not graded) to keep this test short."""
-    lab = ROOT / "labs" / "lab07_distributed_job.ipynb"
-    cells = nbformat.read(lab, as_version=4).cells
-    last_check = max(i for i, c in enumerate(cells) if "lab07.check_" in c.source and c.cell_type == "code")
-    nb = _lab(lab, 2, WRAPS_DISPLAY, CALLABLE_RUN_CHECKS, CALLABLE_EVALUATE, keep=last_check + 1)
-    results, problem = _grade(nb, tmp_path, lab.name, ROOT / "solutions")
-    assert problem is None, problem
-    assert len(results) == 3 and {r.status for r in results.values()} == {"not done"}, results
+# --- every forgery at once, in each of the ten labs, graded in a copy of the checkout ----------------
+
+# The grader imported a judge only when a check first needed it, after the learner's cells ran: this cell
+# writes the judge's bytecode cache, compiled from the judge's source plus two lines that make every check
+# pass, under a header copying the source's time and size, so that Python loads it instead of the source.
+FORGED_BYTECODE = """\
+import importlib.util, marshal, pathlib, sys
+import ortlab.labs
+_judge = pathlib.Path(ortlab.labs.__file__).parent / "judges" / "{lab}.py"
+_code = compile(_judge.read_text() + "\\nimport ortlab.labs.checks as _c\\n"
+                "_c.evaluate = lambda exercise, test: _c.CheckResult(exercise, 'pass')\\n", str(_judge), "exec")
+_stat = _judge.stat()
+_forged = _judge.parent / "__pycache__" / f"{lab}.{{sys.implementation.cache_tag}}.pyc"
+_forged.parent.mkdir(exist_ok=True)
+_forged.write_bytes(importlib.util.MAGIC_NUMBER + bytes(4) + (int(_stat.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+                    + (_stat.st_size & 0xFFFFFFFF).to_bytes(4, "little") + marshal.dumps(_code))
+"""
+DELETES_THE_FORGERY = "_forged.unlink()  # gone again when the grader looks"
+
+# An answer whose == is always true, for every exercise: after each cell, each function still raising a
+# stub's NotImplementedError is replaced by one returning such an answer.
+ALWAYS_EQUAL_ANSWERS = """\
+class _Same:
+    def __eq__(self, other):
+        return True
+    def __ne__(self, other):
+        return False
+    __hash__ = object.__hash__
+def _forge_answers(*_):
+    namespace = get_ipython().user_ns
+    for name, value in list(namespace.items()):
+        code = getattr(value, "__code__", None)
+        if code is not None and any("is not done yet" in str(c) for c in code.co_consts):
+            namespace[name] = lambda *args, **kwargs: _Same()
+get_ipython().events.register("post_run_cell", _forge_answers)
+"""
 
 
-def test_lab09_with_every_exercise_a_stub_and_both_forgeries_does_not_pass(tmp_path):
-    lab = ROOT / "labs" / "lab09_memory_planner.ipynb"
-    nb = _lab(lab, 2, WRAPS_DISPLAY, CALLABLE_EVALUATE)
-    results, problem = _grade(nb, tmp_path, lab.name, ROOT / "solutions")
-    assert problem is None, problem
-    assert len(results) == 3 and {r.status for r in results.values()} == {"not done"}, results
+def _checkout(folder):
+    """A copy of this checkout's ortlab/, solutions/ and labs/ (no bytecode caches) in `folder`: a forgery
+    writes into the copy's package, never into the checkout the other tests import."""
+    import shutil
+
+    for name in ("ortlab", "solutions", "labs"):
+        shutil.copytree(ROOT / name, folder / name, ignore=shutil.ignore_patterns("__pycache__", "*.bak*"))
+    return folder
 
 
-def test_lab10_with_every_exercise_a_stub_and_both_forgeries_does_not_pass(tmp_path):
-    lab = ROOT / "labs" / "lab10_cuda_kernel.ipynb"
-    nb = _lab(lab, 2, WRAPS_DISPLAY, CALLABLE_EVALUATE)
-    results, problem = _grade(nb, tmp_path, lab.name, ROOT / "solutions")
-    assert problem is None, problem
-    assert len(results) == 2 and {r.status for r in results.values()} == {"not done"}, results
+def _grade_in(checkout, lab, timeout=900):
+    """`python -m ortlab.labs grade` run in `checkout` (its ortlab, its solutions): (exit code, output);
+    the grader and everything it started are killed when it is done or out of time."""
+    import os
+    import signal
+    import subprocess
+    import sys
 
+    process = subprocess.Popen([sys.executable, "-m", "ortlab.labs", "grade", str(lab), "--timeout", "600"],
+                               cwd=checkout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+    try:
+        out, _ = process.communicate(timeout=timeout)
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+    return process.returncode, out
+
+
+LABS = sorted(p.name for p in (ROOT / "labs").glob("lab*.ipynb"))
+
+
+def _lab_number(name):
+    return name.split("_")[0]
+
+
+def _every_forgery(lab):
+    """The untouched lab with every forgery: cells after its first that wrap display, replace evaluate and
+    lab07's check runner and ortlab's checks, forge the judge's bytecode and make answers equal anything;
+    its check cells replaced by a print, its metadata cut to one exercise; the forged cache deleted last."""
+    nb = nbformat.read(lab, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and ".check_" in cell.source and "import" not in cell.source:
+            cell.source = "print('checked')"
+    nb.metadata["ortlab"]["lab"]["exercises"] = nb.metadata["ortlab"]["lab"]["exercises"][:1]
+    forgeries = (WRAPS_DISPLAY, CALLABLE_EVALUATE, CALLABLE_RUN_CHECKS, PATCHES_ORTLAB,
+                 FORGED_BYTECODE.format(lab=_lab_number(lab.name)), ALWAYS_EQUAL_ANSWERS)
+    for k, source in enumerate(forgeries):
+        nb.cells.insert(1 + k, new_code_cell(source))
+    nb.cells.append(new_code_cell(DELETES_THE_FORGERY))
+    return nb
+
+
+def _table(out):
+    """{exercise: status} from the grader's table."""
+    rows = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[1] in ("pass", "fail", "not"):
+            rows[parts[0]] = "not done" if parts[1] == "not" else parts[1]
+    return rows
+
+
+@pytest.mark.parametrize("name", LABS, ids=_lab_number)
+def test_every_forgery_in_a_stubbed_lab_grades_not_done(name, tmp_path):
+    """Each of the ten labs with every exercise a stub and every forgery in place grades "not done" for
+    every exercise, and the forged bytecode cache is gone afterwards (the lab deletes it) as the
+    issue found it. Before the grader imported its judges ahead of the learner's cells, lab01, lab07,
+    lab09 and lab10 graded "N of N pass" this way."""
+    checkout = _checkout(tmp_path / "checkout")
+    lab = checkout / "labs" / name
+    exercises = nbformat.read(lab, as_version=4).metadata["ortlab"]["lab"]["exercises"]
+    nbformat.write(_every_forgery(lab), lab)
+    code, out = _grade_in(checkout, lab)
+    assert code == 1 and "Traceback" not in out and "note:" not in out, out
+    assert _table(out) == dict.fromkeys(exercises, "not done"), out
+    assert not list((checkout / "ortlab" / "labs" / "judges").glob("__pycache__/*.pyc"))
+
+
+@pytest.mark.parametrize("name", LABS, ids=_lab_number)
+def test_a_forged_judge_cache_left_from_an_earlier_run_is_refused(name, tmp_path):
+    """The same forged cache, written before grading (by a notebook run earlier, and not deleted): the
+    grader checks each cache of ortlab's modules against its source before it imports anything more, and
+    refuses to grade (exit 2, one line naming the file) instead of loading it."""
+    import subprocess
+    import sys
+
+    checkout = _checkout(tmp_path / "checkout")
+    forge = FORGED_BYTECODE.format(lab=_lab_number(name)).replace("import ortlab.labs\n", "")
+    forge = forge.replace("pathlib.Path(ortlab.labs.__file__).parent", "pathlib.Path('ortlab/labs')")
+    subprocess.run([sys.executable, "-c", forge], cwd=checkout, check=True, timeout=60)
+    code, out = _grade_in(checkout, checkout / "labs" / name, timeout=300)
+    assert code == 2 and "Traceback" not in out, out
+    assert f"judges/__pycache__/{_lab_number(name)}." in out and "does not hold the code of its source" in out, out
+    assert len(out.strip().splitlines()) == 1, out
 
 NO_REFERENCE = """
 import importlib, sys

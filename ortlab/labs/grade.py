@@ -18,6 +18,11 @@ What decides pass or fail is not what the learner's notebook displays, nor its m
 The learner's notebook is copied into a temporary folder, which is the kernel's working folder,
 so a cell that writes, overwrites or deletes files beside the notebook touches only the copy.
 The learner's file is read once and never written.
+
+The kernel runs as the same user as the grader, so the learner's code can write the grader's files. Every
+judge is imported before the kernel starts, a forged bytecode cache of ortlab's own modules is refused,
+and while the kernel runs this process imports only from sources that have not changed
+(ortlab.labs.isolation).
 """
 import os
 import re
@@ -32,7 +37,7 @@ import nbformat
 
 from ortlab.errors import OrtlabError
 from ortlab.labs.build import BEGIN, marker_ids, stub_pattern, strip_solution
-from ortlab.labs import checks, remote
+from ortlab.labs import checks, isolation, remote
 from ortlab.labs.checks import CHECK_MIME, CheckResult
 from ortlab.labs.remote import Learner
 
@@ -396,9 +401,16 @@ def grade(path, timeout=DEFAULT_TIMEOUT, solutions_dir=None):
     reference, where = find_reference(path, nb, solutions_dir)
     exercises = reference_exercises(reference, where)
     steps = plan(nb, exercises)
-    with tempfile.TemporaryDirectory(prefix="ortlab-grade-") as scratch:
+    imports = reference_imports(reference)
+    forged = isolation.prepare(imports)  # before any of the learner's code runs
+    if forged:
+        name, cache = forged[0]
+        raise GradeError(f"{cache}, the bytecode cache of {name}, does not hold the code of its source "
+                         f"(it was written by other code than Python's own compile, e.g. a notebook's); "
+                         f"the grader will not run it: delete it and grade again")
+    with tempfile.TemporaryDirectory(prefix="ortlab-grade-") as scratch, isolation.sealed():
         shutil.copyfile(path, Path(scratch) / path.name)  # the learner's file is only read
-        problem = execute(steps, nb, scratch, timeout, reference_imports(reference))
+        problem = execute(steps, nb, scratch, timeout, imports)
     found, check_errors = {}, {}
     for step in steps:
         if step.cell is None:
