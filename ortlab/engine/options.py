@@ -78,15 +78,16 @@ class SessionOptions(_Options):
 
     def planner(self):
         """'ort', a registered offset planner's name, or a function; anything else is refused here."""
-        value = self.memory_planner
-        if value == "ort" or callable(value):
-            return value
-        from ortlab.memory.planners import OFFSET_PLANNERS
+        from ortlab.memory.planners import OFFSET_PLANNERS, planner_problem
 
-        if isinstance(value, str) and value in OFFSET_PLANNERS:
+        value = self.memory_planner
+        if isinstance(value, str) and (value == "ort" or value in OFFSET_PLANNERS):
+            return value
+        problem = f"{value!r}" if isinstance(value, str) else planner_problem(value)
+        if problem is None:
             return value
         raise InvalidArgument(f"memory_planner must be 'ort', one of {OFFSET_PLANNERS.known()} (registered with "
-                              f"@register_offset_planner) or a function tensors -> {{name: offset}}, not {value!r}")
+                              f"@register_offset_planner) or a function tensors -> {{name: offset}}, not {problem}")
 
     def order(self):
         value = self.execution_order

@@ -13,8 +13,13 @@ GreedyBySizeAssignment). Both only move tensors: the set of tensors, their 256-a
 most bytes live at one program counter (Plan.lower_bound_bytes): no placement can do better.
 """
 import dataclasses
+import inspect
+import os
 from collections import namedtuple
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+import numpy as np
 
 from ortlab.errors import OrtlabError
 from ortlab.memory.allocation_planner import K_ALLOCATE, K_ALLOCATE_OUTPUT
@@ -125,18 +130,20 @@ def greedy_by_size_best_fit(tensors):
 
 def placement_of(plan, planner, algorithm=None):
     """The Placement `planner` (a registered name or a function tensors -> {name: offset}) gives a Plan's
-    pattern tensors, validated: every tensor placed once at an int offset >= 0, no two live at once sharing
-    a byte. A planner that breaks a rule is named with what it did (PlannerError)."""
+    pattern tensors, validated: every tensor placed once at an int offset >= 0 (Python or numpy), the block
+    within this machine's memory (checked before anything is allocated), no two live at once sharing a byte.
+    A planner that breaks a rule, or raises, is named with what it did (PlannerError)."""
     fn = OFFSET_PLANNERS.lookup(planner) if isinstance(planner, str) else planner
-    if not callable(fn):
+    problem = planner_problem(fn)
+    if problem:
         raise PlannerError(f"a memory planner is a registered name ({', '.join(OFFSET_PLANNERS.known())}) or a "
-                           f"function tensors -> {{name: offset}}, not {planner!r}")
+                           f"function tensors -> {{name: offset}}, not {problem}")
     tensors = pattern_tensors(plan)
     label = algorithm or (planner if isinstance(planner, str) else getattr(fn, "__name__", "planner"))
-    offsets = fn(list(tensors))
-    _check_offsets(label, tensors, offsets)
-    by_index = {plan.value(t.name).index: int(offsets[t.name]) for t in tensors}
-    peak = max((int(offsets[t.name]) + t.size for t in tensors), default=0)
+    offsets = _check_offsets(label, tensors, _call(label, fn, tensors))
+    _check_block(label, tensors, offsets)
+    by_index = {plan.value(t.name).index: offsets[t.name] for t in tensors}
+    peak = max((offsets[t.name] + t.size for t in tensors), default=0)
     placement = Placement(label, by_index, peak, plan.lower_bound_bytes, plan)
     try:
         placement.validate()
@@ -145,17 +152,93 @@ def placement_of(plan, planner, algorithm=None):
     return placement
 
 
+def planner_problem(planner):
+    """Why `planner` is no offset planner, in words for a message ("builtins.dict, a class..."), or None
+    when it is a function that can take one argument (the list of tensors)."""
+    if isinstance(planner, type):
+        return (f"{planner.__module__}.{planner.__qualname__}, a class: calling it builds a {planner.__name__}, "
+                "not offsets; pass a function, e.g. def my_planner(tensors): return {t.name: 0 for t in tensors}")
+    if not callable(planner):
+        return f"{planner!r} ({type(planner).__name__})"
+    try:
+        signature = inspect.signature(planner)
+    except (TypeError, ValueError):  # a builtin without a signature: calling it will tell
+        return None
+    try:
+        signature.bind(None)
+    except TypeError:
+        name = getattr(planner, "__name__", type(planner).__name__)
+        return f"{name}{signature}: a planner takes one argument, the list of tensors"
+    return None
+
+
+def _call(label, fn, tensors):
+    """fn(tensors), its own exception named as the planner's."""
+    try:
+        return fn(list(tensors))
+    except OrtlabError:
+        raise
+    except Exception as exc:
+        raise PlannerError(f"planner {label!r} raised {type(exc).__name__}: {exc} (the traceback above shows "
+                           "where); fix the planner, or run with memory_planner='ort'") from exc
+
+
+def _offset(value):
+    """An offset as a Python int (from a Python or numpy integer >= 0), or None."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        return None
+    return int(value) if value >= 0 else None
+
+
 def _check_offsets(label, tensors, offsets):
-    if not isinstance(offsets, dict):
+    """{name: int offset} of a planner's answer, or PlannerError naming what is wrong with it."""
+    if not isinstance(offsets, Mapping):
         raise PlannerError(f"planner {label!r} returned {type(offsets).__name__}; return {{tensor name: offset}}")
     names = {t.name for t in tensors}
-    missing, extra = sorted(names - set(offsets)), sorted(set(offsets) - names)
+    missing, extra = sorted(names - set(offsets)), sorted(set(offsets) - names, key=repr)
     if missing or extra:
         raise PlannerError(f"planner {label!r} must place exactly the pattern's tensors: missing {missing[:5]}, "
                            f"unknown {extra[:5]}")
-    bad = [(n, o) for n, o in offsets.items() if isinstance(o, bool) or not isinstance(o, int) or o < 0]
+    bad = [f"{n!r}: {o!r} ({_type_name(o)})" for n, o in offsets.items() if _offset(o) is None]
     if bad:
-        raise PlannerError(f"planner {label!r}: offsets must be ints >= 0, got {bad[:3]}")
+        raise PlannerError(f"planner {label!r}: offsets must be ints >= 0 (Python or numpy integers, bytes from the "
+                           f"block's start), got {', '.join(bad[:3])}")
+    return {n: _offset(o) for n, o in offsets.items()}
+
+
+def _type_name(value):
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+
+
+def machine_memory():
+    """This machine's physical memory in bytes (2**48 where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return 2 ** 48
+
+
+def _check_block(label, tensors, offsets):
+    """Refuse a block larger than the machine's memory, naming the tensor that ends highest."""
+    if not tensors:
+        return
+    top = max(tensors, key=lambda t: offsets[t.name] + t.size)
+    block, limit = offsets[top.name] + top.size, machine_memory()
+    if block > limit:
+        raise PlannerError(
+            f"planner {label!r} puts tensor {top.name!r} at offset {offsets[top.name]}: a block of {block} bytes "
+            f"({_bytes(block)}), more than this machine's memory ({_bytes(limit)}), which no session could "
+            f"allocate. Offsets are byte positions in one block: every tensor on bytes of its own needs "
+            f"{sum(t.size for t in tensors)} bytes")
+
+
+def _bytes(n):
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024:
+            return f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} EiB"
 
 
 def greedy_by_size(plan, fit="first"):
