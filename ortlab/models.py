@@ -18,7 +18,7 @@ from torch import nn
 from ortlab.errors import OrtlabError
 
 
-def _seeded(init):
+def seeded(init):
     """Run a module's __init__ with torch's RNG seeded, leaving the global RNG untouched."""
     def wrapper(self, *args, seed=0, **kwargs):
         with torch.random.fork_rng():
@@ -92,7 +92,7 @@ class MLP(nn.Module):
 
     input_names = ("x", "labels")
 
-    @_seeded
+    @seeded
     def __init__(self, d_in=16, d_hidden=32, classes=4, dropout=0.1):
         super().__init__()
         self.d_in, self.classes = d_in, classes
@@ -138,7 +138,7 @@ class _Transformer(nn.Module):
 class TinyBert(_Transformer):
     """A BERT-like encoder: embeddings, post-LN blocks, first-token classifier, cross-entropy loss."""
 
-    @_seeded
+    @seeded
     def __init__(self, vocab=64, d_model=32, heads=2, layers=2, d_ff=64, max_len=16, classes=3,
                  dropout=0.1):
         super().__init__()
@@ -157,7 +157,7 @@ class TinyBert(_Transformer):
 class TinyGPT(_Transformer):
     """A GPT-style decoder: causal pre-LN blocks, a final LayerNorm, an LM head, next-token loss."""
 
-    @_seeded
+    @seeded
     def __init__(self, vocab=64, d_model=32, heads=2, layers=2, d_ff=64, max_len=16, dropout=0.1,
                  tie_embeddings=False):
         super().__init__()
@@ -196,7 +196,7 @@ class WithLossModule(nn.Module):
 class LgammaRegressor(nn.Module):
     """Linear then lgamma: torch 2.6 cannot export aten::lgamma to ONNX, so ORTModule falls back."""
 
-    @_seeded
+    @seeded
     def __init__(self, features=4):
         super().__init__()
         self.linear = nn.Linear(features, 1)
@@ -208,7 +208,7 @@ class LgammaRegressor(nn.Module):
 class CountingModule(nn.Module):
     """Counts how often its Python forward runs (exports and schema checks run it too)."""
 
-    @_seeded
+    @seeded
     def __init__(self, features=4):
         super().__init__()
         self.linear, self.calls = nn.Linear(features, 1), 0
@@ -222,7 +222,7 @@ class NestedIO(nn.Module):
     """forward((left, right), {'bias': b or None}, scale=1.0, mode='sum') returns
     {'h': tensor, 'pair': (reduced, argmax), 'nothing': None, 'n': 3}: inputs and outputs of any nesting."""
 
-    @_seeded
+    @seeded
     def __init__(self, features=4, out=3):
         super().__init__()
         self.a, self.b = nn.Linear(features, out), nn.Linear(features, out)

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from ortlab.distributed.zero import STAGES, ZeroError
-from ortlab.distributed.checks.zero import _clean, _trainable_params, toy_batch, toy_model
+from ortlab.distributed.checks.zero import clean_name, trainable_params, toy_batch, toy_model
 
 DEEPSPEED_DEFAULT_CLIPPING = 1.0
 
@@ -80,7 +80,7 @@ def _start(stages):
 def _engine(deepspeed, stage, lr, seed, clipping):
     """(engine, DeepSpeed's optimizer) for toy_model(seed) with a client torch Adam."""
     model = toy_model(seed)
-    optimizer = torch.optim.Adam(_trainable_params(model), lr=lr)
+    optimizer = torch.optim.Adam(trainable_params(model), lr=lr)
     engine, ds_optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                                       config=deepspeed_config(stage, 2, clipping))
     return engine, ds_optimizer
@@ -101,7 +101,7 @@ def _train(deepspeed, rank, world_size, stage, steps, lr, seed, clipping):
     losses = [_step(engine, rank, world_size, seed) for _ in range(steps)]
     params = list(engine.module.parameters())
     with deepspeed.zero.GatheredParameters(params):  # a no-op below stage 3
-        full = {_clean(n): p.detach().clone() for n, p in engine.module.named_parameters()}
+        full = {clean_name(n): p.detach().clone() for n, p in engine.module.named_parameters()}
     return {"stage": stage, "losses": losses, "params": full,
             "optimizer": type(ds_optimizer).__name__, "clipping": engine.gradient_clipping()}
 

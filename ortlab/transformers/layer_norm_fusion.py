@@ -82,7 +82,7 @@ class LayerNormFusion(PatternFusion):
         x, mean = rm1.input_names[0], rm1.output_names[0]
         if not gu.is_float(graph, x):
             return None
-        reason = _last_axis_reason(graph, rm1, x)
+        reason = last_axis_reason(graph, rm1, x)
         if reason:
             return reason
         subs = graph.consumers(mean)
@@ -114,7 +114,7 @@ class LayerNormFusion(PatternFusion):
         not_variance = "Pow's output is not only read by a ReduceMean over the last axis"
         if not gu.is_op(rm2, "ReduceMean"):
             return not_variance
-        reason = _last_axis_reason(graph, rm2, pow_.output_names[0])
+        reason = last_axis_reason(graph, rm2, pow_.output_names[0])
         if reason:
             self.decline(rm2, reason)
             return not_variance
@@ -139,7 +139,7 @@ class LayerNormFusion(PatternFusion):
         return mul, add, scale, bias
 
 
-def _last_axis_reason(graph, node, x):
+def last_axis_reason(graph, node, x):
     """Why a ReduceMean of `x` is not a reduction over the last axis alone (keepdims), or None."""
     dims = gu.shape(graph, x)
     axes = gu.reduce_axes(graph, node)

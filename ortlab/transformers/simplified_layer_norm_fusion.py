@@ -15,7 +15,7 @@ Reciprocal and Mul in place of the Div (ORT 1.19.2 does not fuse the latter eith
 from onnx import TensorProto, helper
 
 from ortlab.transformers import graph_utils as gu
-from ortlab.transformers.layer_norm_fusion import _last_axis_reason, epsilon_add
+from ortlab.transformers.layer_norm_fusion import last_axis_reason, epsilon_add
 from ortlab.transformers.pattern import Match, PatternFusion
 from ortlab.transformers.registry import register_transformer
 
@@ -35,7 +35,7 @@ class SimplifiedLayerNormFusion(PatternFusion):
         rm = gu.single_consumer(graph, pow_.output_names[0])
         if not gu.is_op(rm, "ReduceMean"):
             return None
-        reason = _last_axis_reason(graph, rm, pow_.output_names[0])
+        reason = last_axis_reason(graph, rm, pow_.output_names[0])
         if reason:
             return reason
         add, eps = epsilon_add(graph, rm, x, "the mean square", "ms")

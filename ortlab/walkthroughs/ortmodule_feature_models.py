@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ortlab.errors import OrtlabError
-from ortlab.models import SelfAttention, TinyBert, TinyGPT, _seeded
+from ortlab.models import SelfAttention, TinyBert, TinyGPT, seeded
 
 
 class FeatureModelError(OrtlabError):
@@ -52,7 +52,7 @@ class HalfGradTanhNet(nn.Module):
 
     input_names = ("x", "labels")
 
-    @_seeded
+    @seeded
     def __init__(self, d_in=16, d_hidden=32, classes=4, custom=True):
         super().__init__()
         self.d_in, self.classes, self.custom = d_in, classes, custom

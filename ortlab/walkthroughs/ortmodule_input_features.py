@@ -15,8 +15,9 @@ from ortlab.env import quiet_import
 from ortlab.models import TinyGPT, WithLossModule
 from ortlab.walkthroughs import ortmodule_feature_models as fm
 from ortlab.ortmodule.driver import captured_logs
-from ortlab.walkthroughs.ortmodule_optimizations import (_check_densities, _check_steps, _count, _execution_graphs,
-                                                         _run, checkpointing, custom_autograd, FeatureComparison,
+from ortlab.walkthroughs.ortmodule_optimizations import (check_densities, check_steps, count_ops, execution_graphs,
+                                                         run_with_variables, checkpointing, custom_autograd,
+                                                         FeatureComparison,
                                                          FeatureError, GPU_ATTENTION_COMMAND, GPU_EMBEDDING_COMMAND,
                                                          mem_efficient_grad, recompute, torch_losses)
 
@@ -97,14 +98,14 @@ def label_sparsity(densities=(1.0, 0.6), steps=2):
     density, the rest ignore_index: ORT turns label sparsity on below 90 % (its log line), adds
     NonZero and two ShrunkenGather nodes, the one on the hidden states sitting before lm_head's
     MatMul (facts['gathers']). Losses equal PyTorch's at every density."""
-    densities = _check_densities(densities)
-    steps = _check_steps(steps)
+    densities = check_densities(densities)
+    steps = check_steps(steps)
     module = _label_model()
     runs, torch_runs, facts = {}, {}, {"density": {}, "ORT log": {}, "ORT density record": {}, "gathers": {}}
     for density in densities:
         batches = fm.sparse_label_batches(module.model, density, count=steps)
         label = f"labels {_percent(batches):.0f}% valid"
-        runs[label] = _run(module, batches, steps, log_level="INFO")
+        runs[label] = run_with_variables(module, batches, steps, log_level="INFO")
         torch_runs[label] = torch_losses(module, batches, steps)
         facts["density"][label] = _percent(batches)
         said = runs[label].grep("Label sparsity-based")
@@ -119,7 +120,7 @@ def label_sparsity(densities=(1.0, 0.6), steps=2):
         where = "before lm_head's MatMul" if row["before lm_head MatMul"] else f"feeding {row['feeds']}"
         notes.append(f"ShrunkenGather on the {row['filters']}: {where}")
     return FeatureComparison("label_sparsity", "labels padded with ignore_index=-100 (TinyGPT + loss)",
-                             torch_runs[main], runs, main, {}, _execution_graphs(runs), facts, notes,
+                             torch_runs[main], runs, main, {}, execution_graphs(runs), facts, notes,
                              references=torch_runs)
 
 
@@ -144,8 +145,8 @@ def sparsity_switches(density=0.6, steps=1, switches=tuple(SPARSITY_SWITCHES)):
     facts['on'] says whether the ShrunkenGather appeared. In 1.19.2 ENABLE_SPARSE_OPTIMIZER (the guidelines'
     name) and ENABLE_LABEL_SPARSE_OPTIMIZER are never read; ENABLE_EMBEDDING_SPARSE_OPTIMIZER=0 turns
     *label* sparsity off (_export_model passes the embedding flag to the label hook)."""
-    _check_densities([density])
-    steps = _check_steps(steps)
+    check_densities([density])
+    steps = check_steps(steps)
     if isinstance(switches, str) or not hasattr(switches, "__iter__"):
         raise FeatureError(f"switches must be a list of names from SPARSITY_SWITCHES, not {switches!r}")
     unknown = [s for s in switches if s not in SPARSITY_SWITCHES]
@@ -153,9 +154,9 @@ def sparsity_switches(density=0.6, steps=1, switches=tuple(SPARSITY_SWITCHES)):
         raise FeatureError(f"unknown switch {unknown[0]!r}; choose from {', '.join(SPARSITY_SWITCHES)}")
     module = _label_model()
     batches = fm.sparse_label_batches(module.model, density, count=steps)
-    runs = {name: _run(module, batches, steps, **SPARSITY_SWITCHES[name]) for name in switches}
-    graphs = _execution_graphs(runs)
-    facts = {"on": {k: _count(g, "com.microsoft:ShrunkenGather") > 0 for k, g in graphs.items()},
+    runs = {name: run_with_variables(module, batches, steps, **SPARSITY_SWITCHES[name]) for name in switches}
+    graphs = execution_graphs(runs)
+    facts = {"on": {k: count_ops(g, "com.microsoft:ShrunkenGather") > 0 for k, g in graphs.items()},
              "density": _percent(batches)}
     facts["read by ORT"] = {k: variables_read(*[f"ORTMODULE_{v}" for v in SPARSITY_SWITCHES[k]])
                             for k in switches if SPARSITY_SWITCHES[k]}
@@ -225,7 +226,7 @@ def embedding_sparsity(pad_fraction=0.5, steps=2):
     if isinstance(pad_fraction, bool) or not isinstance(pad_fraction, (int, float)) \
             or not 0 < pad_fraction < 1:
         raise FeatureError(f"pad_fraction must be a fraction in (0, 1), not {pad_fraction!r}")
-    steps = _check_steps(steps)
+    steps = check_steps(steps)
     plain, padded = TinyGPT(dropout=0.0), TinyGPT(dropout=0.0)
     padded.tok.padding_idx = 0
     batches = fm.padded_id_batches(padded, pad_fraction, count=steps)
@@ -233,8 +234,8 @@ def embedding_sparsity(pad_fraction=0.5, steps=2):
     facts = {"density": 100.0 * float((ids != 0).sum()) / ids.numel(),
              "ORT detection, cpu": ort_embedding_density(padded, batches[0], "cpu"),
              "ORT detection, cuda": ort_embedding_density(padded, batches[0], "cuda")}
-    runs = {"padding_idx=None": _run(plain, batches, steps, log_level="INFO"),
-            "padding_idx=0": _run(padded, batches, steps, log_level="INFO")}
+    runs = {"padding_idx=None": run_with_variables(plain, batches, steps, log_level="INFO"),
+            "padding_idx=0": run_with_variables(padded, batches, steps, log_level="INFO")}
     facts["ORT log on CPU"] = runs["padding_idx=0"].grep("Embedding sparsity")
     facts["ORT density record on CPU"] = _sparsity_ratios(runs["padding_idx=0"])[1]
     gem = inspect.getsource(quiet_import("onnxruntime.training.ortmodule._graph_transition_manager")
@@ -250,7 +251,7 @@ def embedding_sparsity(pad_fraction=0.5, steps=2):
     return FeatureComparison("embedding_sparsity",
                              f"nn.Embedding(padding_idx=0), {pad_fraction:.0%} right padding",
                              torch_losses(padded, batches, steps), runs, "padding_idx=0", {},
-                             _execution_graphs(runs), facts, notes,
+                             execution_graphs(runs), facts, notes,
                              references={"padding_idx=None": torch_losses(plain, batches, steps)})
 
 
@@ -312,10 +313,10 @@ def efficient_attention(steps=1):
     (graph unchanged, losses equal). Then ORT's own optimize_graph_for_aten_efficient_attention is
     applied by hand to the run's optimized training graph: changes() shows the rewrite, and
     facts['running it'] the ATen kernel's failure on CPU (aten_efficient_attention_on_cpu)."""
-    steps = _check_steps(steps)
+    steps = check_steps(steps)
     module = fm.MaskedBert(dropout=0.0)
     batches = [module.example_inputs(seed=s) for s in range(steps)]
-    runs = {"USE_EFFICIENT_ATTENTION=1": _run(module, batches, steps, USE_EFFICIENT_ATTENTION=1)}
+    runs = {"USE_EFFICIENT_ATTENTION=1": run_with_variables(module, batches, steps, USE_EFFICIENT_ATTENTION=1)}
     optimized = runs["USE_EFFICIENT_ATTENTION=1"].graphs()["optimized"]
     rewritten = copy.deepcopy(optimized)
     attn = quiet_import("onnxruntime.training.ortmodule.graph_optimizers._aten_attn")

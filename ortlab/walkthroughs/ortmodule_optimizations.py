@@ -144,7 +144,7 @@ def _node_count(model):
 # Checking what the notebook passes in
 
 
-def _check_steps(steps, low=1, high=10):
+def check_steps(steps, low=1, high=10):
     if isinstance(steps, bool) or not isinstance(steps, int) or not low <= steps <= high:
         raise FeatureError(f"steps must be an int from {low} to {high} (each step costs an ORT run), "
                            f"not {steps!r}")
@@ -157,7 +157,7 @@ def _check_model_name(name, allowed):
     return name
 
 
-def _check_densities(densities):
+def check_densities(densities):
     densities = as_list(densities, "densities", "fractions in (0, 1]", "(1.0, 0.6)", FeatureError)
     for d in densities:
         if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 < d <= 1:
@@ -176,7 +176,7 @@ def torch_losses(module, batches, steps, lr=LR):
                        progress=False, skip_non_finite=False).losses
 
 
-def _run(module, batches, steps, log_level="WARNING", **variables):
+def run_with_variables(module, batches, steps, log_level="WARNING", **variables):
     """ORTModule on a deep copy of `module`, the feature's variables plus FALLBACK_DISABLE."""
     return train(copy.deepcopy(module), batches, steps, lr=LR, log_level=log_level, **{**STRICT, **variables})
 
@@ -184,13 +184,13 @@ def _run(module, batches, steps, log_level="WARNING", **variables):
 def _failure(module, batches, steps, **variables):
     """The OrtModuleError message of a run that must fail; FeatureError if it does not."""
     try:
-        _run(module, batches, steps, **variables)
+        run_with_variables(module, batches, steps, **variables)
     except OrtModuleError as exc:
         return _ANSI.sub("", str(exc))
     raise FeatureError(f"expected ORTModule to fail with {variables}, but it ran: ORT's behaviour changed")
 
 
-def _execution_graphs(runs):
+def execution_graphs(runs):
     return {label: run.graphs()["execution_model"] for label, run in runs.items()}
 
 
@@ -206,7 +206,7 @@ def _python_op_functions(model):
     return names
 
 
-def _count(model, op):
+def count_ops(model, op):
     return op_counts(model).get(op, 0)
 
 
@@ -220,12 +220,12 @@ def recompute(model="gpt", steps=2):
     forward subgraphs for the backward to read instead of stashed activations (facts['recompute nodes'],
     {op: count}); the losses stay PyTorch's. ortlab.walkthroughs.memory_recompute measures the memory."""
     _check_model_name(model, ("gpt", "bert", "mlp"))
-    steps = _check_steps(steps)
+    steps = check_steps(steps)
     module = get_model(model, dropout=0.0)
     batches = [module.example_inputs(seed=s) for s in range(steps)]
-    runs = {f"MEMORY_OPT_LEVEL={level}": _run(module, batches, steps, MEMORY_OPT_LEVEL=level)
+    runs = {f"MEMORY_OPT_LEVEL={level}": run_with_variables(module, batches, steps, MEMORY_OPT_LEVEL=level)
             for level in (0, 1)}
-    graphs = _execution_graphs(runs)
+    graphs = execution_graphs(runs)
     facts = {"recompute nodes": {k: _recompute_ops(g) for k, g in graphs.items()}}
     added = facts["recompute nodes"]["MEMORY_OPT_LEVEL=1"]
     notes = [f"MEMORY_OPT_LEVEL=1: {sum(added.values())} '*_recompute' nodes "
@@ -273,15 +273,15 @@ def mem_efficient_grad(model="mlp", steps=3):
     leaves the graph inputs and is pulled by a PythonOp ParamRetrievalFunction, its gradient by a
     PythonOpGrad; the graph outputs collapse to one trigger gradient. Losses equal PyTorch's."""
     _check_model_name(model, ("mlp", "bert"))
-    steps = _check_steps(steps)
+    steps = check_steps(steps)
     module = get_model(model, dropout=0.0)
     batches = [module.example_inputs(seed=s) for s in range(steps)]
     error = _failure(module, batches, 1, ENABLE_MEM_EFFICIENT_GRAD_MGMT=1)
-    runs = {"off": _run(module, batches, steps)}
+    runs = {"off": run_with_variables(module, batches, steps)}
     with mem_efficient_grad_fix():
-        runs["on, with mem_efficient_grad_fix()"] = _run(module, batches, steps,
+        runs["on, with mem_efficient_grad_fix()"] = run_with_variables(module, batches, steps,
                                                          ENABLE_MEM_EFFICIENT_GRAD_MGMT=1)
-    graphs = _execution_graphs(runs)
+    graphs = execution_graphs(runs)
     (in_off, out_off), (in_on, out_on) = (_io_names(g) for g in graphs.values())
     facts = {"graph inputs before": in_off, "graph inputs after": in_on,
              "graph outputs before": out_off, "graph outputs after": out_on,
@@ -326,14 +326,14 @@ def custom_autograd(steps=3):
     with ORT's custom autograd support on (PythonOp/PythonOpGrad run the user's backward: losses equal
     PyTorch's) and off (torch inlines a Tanh, ORT builds the true TanhGrad: losses drift). The off run
     matches PyTorch training the same net with plain tanh (facts['off vs plain-tanh PyTorch'])."""
-    steps = _check_steps(steps)
+    steps = check_steps(steps)
     module = fm.HalfGradTanhNet()
     batches = [module.example_inputs(seed=s) for s in range(steps)]
     runs = {}
     for label, enabled in (("support off", False), ("support on", True)):
         with custom_autograd_support(enabled):
-            runs[label] = _run(module, batches, steps)
-    graphs = _execution_graphs(runs)
+            runs[label] = run_with_variables(module, batches, steps)
+    graphs = execution_graphs(runs)
     plain = torch_losses(fm.HalfGradTanhNet(custom=False), batches, steps)
     off_vs_plain = max(abs(a - b) for a, b in zip(runs["support off"].losses, plain))
     facts = {"PythonOp functions": _python_op_functions(graphs["support on"]),
@@ -362,7 +362,7 @@ def checkpointing(steps=2, layers=2):
     error, pinned in errors['default']), ORTMODULE_ALLOW_AUTOGRAD_CHECKPOINT=1 (one PythonOp per
     block), ORTMODULE_MEMORY_OPT_LEVEL=1 (ORT drops the checkpoint and recomputes: '*_recompute'
     nodes), use_reentrant=False (traced inline: the plain TinyBert graph, no recompute)."""
-    steps = _check_steps(steps)
+    steps = check_steps(steps)
     if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= 4:
         raise FeatureError(f"layers must be an int from 1 to 4, not {layers!r}")
     quiet_import("onnxruntime.training.ortmodule")  # installs ORT's torch.utils.checkpoint override first
@@ -370,10 +370,10 @@ def checkpointing(steps=2, layers=2):
     inline = fm.CheckpointedBert(use_reentrant=False, dropout=0.0, layers=layers)
     batches = [reentrant.example_inputs(seed=s) for s in range(steps)]
     error = _failure(reentrant, batches, 1)
-    runs = {"ALLOW_AUTOGRAD_CHECKPOINT=1": _run(reentrant, batches, steps, ALLOW_AUTOGRAD_CHECKPOINT=1),
-            "MEMORY_OPT_LEVEL=1": _run(reentrant, batches, steps, MEMORY_OPT_LEVEL=1),
-            "use_reentrant=False": _run(inline, batches, steps)}
-    graphs = _execution_graphs(runs)
+    runs = {"ALLOW_AUTOGRAD_CHECKPOINT=1": run_with_variables(reentrant, batches, steps, ALLOW_AUTOGRAD_CHECKPOINT=1),
+            "MEMORY_OPT_LEVEL=1": run_with_variables(reentrant, batches, steps, MEMORY_OPT_LEVEL=1),
+            "use_reentrant=False": run_with_variables(inline, batches, steps)}
+    graphs = execution_graphs(runs)
     facts = {"PythonOp functions": {k: _python_op_functions(g) for k, g in graphs.items()},
              "recompute nodes": {k: _recompute_ops(g) for k, g in graphs.items()},
              "layer-wise log line": sorted({line.strip() for line in runs["MEMORY_OPT_LEVEL=1"]

@@ -60,13 +60,13 @@ TECHNIQUES = ("ddp", "zero1", "zero2", "zero3", "torch_zero1", "fsdp_shard_grad_
 _PREFIXES = ("module.", "_fsdp_wrapped_module.")
 
 
-def _clean(name):
+def clean_name(name):
     for prefix in _PREFIXES:
         name = name.replace(prefix, "")
     return name
 
 
-def _trainable_params(module):
+def trainable_params(module):
     return [p for p in module.parameters() if p.requires_grad]
 
 
@@ -86,11 +86,11 @@ def _build(technique, model, lr, counter):
         module = DDP(model, gradient_as_bucket_view=True, broadcast_buffers=False)
         module.register_comm_hook(counter, counting_allreduce_hook)
         if technique == "ddp":
-            optimizer = torch.optim.Adam(_trainable_params(module), lr=lr)
+            optimizer = torch.optim.Adam(trainable_params(module), lr=lr)
         else:
-            optimizer = ZeroRedundancyOptimizer(_trainable_params(module), optimizer_class=torch.optim.Adam,
+            optimizer = ZeroRedundancyOptimizer(trainable_params(module), optimizer_class=torch.optim.Adam,
                                                 lr=lr)
-        return module, optimizer, lambda: {_clean(n): p.detach().clone()
+        return module, optimizer, lambda: {clean_name(n): p.detach().clone()
                                            for n, p in module.named_parameters()}
     strategy = (ShardingStrategy.SHARD_GRAD_OP if technique == "fsdp_shard_grad_op"
                 else ShardingStrategy.FULL_SHARD)
@@ -100,11 +100,11 @@ def _build(technique, model, lr, counter):
     wrap = functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda m: m is model.fc1 or m is model.fc2)
     module = FSDP(model, device_id=torch.device("cpu"), sharding_strategy=strategy, use_orig_params=True,
                   auto_wrap_policy=wrap)
-    optimizer = torch.optim.Adam(_trainable_params(module), lr=lr)
+    optimizer = torch.optim.Adam(trainable_params(module), lr=lr)
 
     def full():
         with FSDP.summon_full_params(module):
-            return {_clean(n): p.detach().clone() for n, p in module.named_parameters()}
+            return {clean_name(n): p.detach().clone() for n, p in module.named_parameters()}
     return module, optimizer, full
 
 
