@@ -24,6 +24,7 @@ import ortlab.engine.cpu_kernels  # noqa: F401 (these three register ORT's CPU k
 import ortlab.engine.cpu_kernels_ordering  # noqa: F401  onnx.reference computes differently, in this order)
 import ortlab.engine.cpu_kernels_elementwise  # noqa: F401
 import ortlab.engine.cpu_kernels_subgraph  # noqa: F401 (Loop, Scan, SequenceMap)
+import ortlab.engine.cpu_kernels_opsets  # noqa: F401 (ops whose meaning changed between opsets)
 import ortlab.engine.triton_execution_provider  # noqa: F401 (registers the Triton EP)
 from ortlab.engine.execution_frame import EMPTY_OPTIONAL, ExecutionFrame, data_ptr
 from ortlab.engine.execution_provider import EXECUTION_PROVIDERS, ExecutionProvider
