@@ -23,6 +23,7 @@ from onnx.reference.ops.op_scatter_elements import scatter_elements
 
 from ortlab.engine.cpu_execution_provider import ReferenceKernel, override_reference_op
 from ortlab.engine.kernel_registry import CPU, register_op_kernel
+from ortlab.engine.cpu_kernels_indices import check_scatter_elements
 from ortlab.engine.errors import KernelFailure
 from ortlab.engine.execution_frame import EMPTY_OPTIONAL
 from ortlab.ir.tensor_value import to_array as tensor_to_array
@@ -475,9 +476,10 @@ class OrtMaxUnpool(ReferenceKernel):
 # --- Scatter ----------------------------------------------------------------------------------
 @register_op_kernel("Scatter", provider=CPU)
 def scatter(ctx):
-    """Scatter (opset 9-10, deprecated): ScatterElements without reduction; onnx.reference has no
-    implementation of it. ORT: onnxruntime/core/providers/cpu/tensor/scatter.cc."""
+    """Scatter (opset 9-10, deprecated): ScatterElements without reduction, its indices checked as ORT checks
+    them; onnx.reference has no implementation of it. ORT: onnxruntime/core/providers/cpu/tensor/scatter.cc."""
     data, indices, updates = ctx.input(0), ctx.input(1), ctx.input(2)
+    check_scatter_elements(data, indices, axis=ctx.attribute("axis", 0), op="Scatter")
     return scatter_elements(data, indices, updates, axis=ctx.attribute("axis", 0))
 
 
