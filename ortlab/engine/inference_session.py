@@ -26,6 +26,7 @@ import ortlab.engine.cpu_kernels_elementwise  # noqa: F401
 import ortlab.engine.cpu_kernels_subgraph  # noqa: F401 (Loop, Scan, SequenceMap)
 import ortlab.engine.cpu_kernels_opsets  # noqa: F401 (ops whose meaning changed between opsets)
 import ortlab.engine.cpu_kernels_indices  # noqa: F401 (index range checks of Gather*, Scatter*, Sequence*)
+import ortlab.engine.cpu_kernels_integer_math  # noqa: F401 (integer Pow as ORT computes it)
 import ortlab.engine.triton_execution_provider  # noqa: F401 (registers the Triton EP)
 from ortlab.engine.execution_frame import EMPTY_OPTIONAL, ExecutionFrame, data_ptr
 from ortlab.engine.execution_provider import EXECUTION_PROVIDERS, ExecutionProvider
