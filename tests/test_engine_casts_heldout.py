@@ -169,8 +169,6 @@ def test_a_cast_pair_spelled_in_the_ai_onnx_domain_runs_as_ort():
     assert_values_are_orts(single_output_model(nodes, [vi("x", T.FLOAT)], vi("y", T.FLOAT)), {"x": X})
 
 
-@pytest.mark.xfail(strict=True, reason="Scan over a 1-D input whose body yields a scalar: ortlab's scan output is "
-                   "[5, 1], ORT's [5] (a warning from VerifyOutputSizes only); the Scan kernel, not the remover")
 def test_a_scan_of_scalars_stacks_to_orts_shape():
     chain = [h.make_node("Cast", ["e"], ["o"], to=T.INT8, name="c"), h.make_node("Identity", ["st"], ["st2"], name="i")]
     body = h.make_graph(chain, "body", [vi("st", T.FLOAT, (1,)), vi("e", T.FLOAT, ())],

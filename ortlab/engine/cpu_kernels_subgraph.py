@@ -6,10 +6,11 @@ Registered when ortlab.engine.inference_session imports this module, like the ot
 """
 import numpy as np
 from onnx.reference.ops.op_loop import Loop as ReferenceLoop
-from onnx.reference.ops.op_scan import Scan as ReferenceScan
+from onnx.reference.op_run import OpRun
 from onnx.reference.ops.op_sequence_map import SequenceMap as ReferenceSequenceMap
 
-from ortlab.engine.cpu_execution_provider import ReferenceKernel
+from ortlab.engine.cpu_execution_provider import ReferenceKernel, override_reference_op
+from ortlab.engine.errors import KernelFailure
 from ortlab.engine.kernel_registry import CPU, register_op_kernel
 from ortlab.ir.tensor_value import np_dtype
 
@@ -39,12 +40,25 @@ class StackingLoop(ReferenceLoop):
             inputs[names[1]] = cond
             outputs = self._run_body(inputs, attributes=attributes)
             for k in range(self.K):
+                self._check_shape(k, it, scans[k], outputs[1 + self.N + k])
                 scans[k].append(outputs[1 + self.N + k])
             cond = outputs[0]
             state = list(outputs[1:1 + self.N])
             inputs.update(dict(zip(names[2:], state)))
             it += 1
         return state, [np.stack(s) if s else self._empty_scan(k) for k, s in enumerate(scans)]
+
+    def _check_shape(self, k, it, earlier, value):
+        """ORT refuses a scan output whose shape differs from the first iteration's (loop.cc, LoopImpl::
+        SaveOutputsAndUpdateFeeds: 'Inconsistent shape in loop output for output')."""
+        if earlier and np.shape(value) != np.shape(earlier[0]):
+            name = self.body.output_names[1 + self.N + k]
+            loop = self.onnx_node.name or "(no name)"
+            raise KernelFailure(f"Loop '{loop}': scan output '{name}' has shape {list(np.shape(value))} at iteration "
+                                f"{it}, {list(np.shape(earlier[0]))} at iteration 0; ORT 1.19.2 refuses it "
+                                f"('Inconsistent shape in loop output for output. Expected:{list(np.shape(earlier[0]))}"
+                                f" Got:{list(np.shape(value))}'). Make the body yield one shape every iteration (pad "
+                                "it), or carry a sequence (SequenceInsert) as a loop-carried value instead")
 
     def _empty_scan(self, k):
         """ORT's output of a scan that ran zero times: [0] + the body output's dims (0 for a
@@ -67,32 +81,91 @@ class OrtLoop(ReferenceKernel):
 
 
 # --- Scan -------------------------------------------------------------------------------------
-class ScopedScan(ReferenceScan):
-    """onnx.reference's Scan with the body's outer-scope reads: each iteration's body sees the values of
-    the graph around it it reads (ORT: scan_9.cc runs the body with the node's implicit inputs as feeds)."""
+def _scan_axis(what, index, axis, rank):
+    """An axis of scan_input_axes (rank: the input's) or scan_output_axes (rank: the output's, + 1)."""
+    if not -rank <= axis < rank:
+        raise KernelFailure(f"Scan: {what}[{index}] = {axis} is out of range for rank {rank}; it must be in "
+                            f"[{-rank}, {rank - 1}] (ORT: 'Invalid value in {what}')")
+    return axis % rank
 
-    def __init__(self, onnx_node, run_params):
-        super().__init__(onnx_node, run_params)
-        self._outer, body = {}, self._run_body  # (an instance attribute onnx.reference makes per graph)
-        self._run_body = lambda inputs, attributes=None: body({**self._outer, **inputs}, attributes=attributes)
+
+def _per_item(values, count):
+    return [0 if values is None or i >= len(values) else int(values[i]) for i in range(count)]
+
+
+class DirectedScan(OpRun):
+    """Scan (opset 9 on) as ORT runs it: each scan input sliced along its scan_input_axes entry, from the
+    end where its scan_input_directions entry is 1; each scan output stacked along its scan_output_axes
+    entry (a scalar per iteration stacks to [n]), in reverse where its scan_output_directions entry is 1;
+    the body sees the values of the graph around it that it reads. onnx.reference refuses directions and
+    axes other than 0, and ignores the directions of all but the first outputs.
+    ORT: onnxruntime/core/providers/cpu/controlflow/scan_9.cc, scan_utils.cc."""
 
     def need_context(self):
         return True
 
-    def _run(self, *args, context=None, **attributes):
-        self._outer = context or {}
-        return super()._run(*args, **attributes)
+    def _run(self, *args, context=None, num_scan_inputs=None, scan_input_axes=None, scan_input_directions=None,
+             scan_output_axes=None, scan_output_directions=None, attributes=None, **_):
+        n_state = len(args) - num_scan_inputs
+        states, scans = list(args[:n_state]), args[n_state:]
+        axes = [_scan_axis("scan_input_axes", i, a, np.ndim(x))
+                for i, (a, x) in enumerate(zip(_per_item(scan_input_axes, num_scan_inputs), scans))]
+        length = self._sequence_length(scans, axes)
+        backward = _per_item(scan_input_directions, num_scan_inputs)
+        names = self.body.input_names
+        per_iteration = [[] for _ in range(len(self.body.output_names) - n_state)]
+        for t in range(length):
+            feeds = {**(context or {}), **dict(zip(names[:n_state], states))}
+            for i, x in enumerate(scans):
+                feeds[names[n_state + i]] = np.take(x, length - 1 - t if backward[i] else t, axis=axes[i])
+            outputs = self._run_body(feeds, attributes=attributes)
+            states = list(outputs[:n_state])
+            for k, value in enumerate(outputs[n_state:]):
+                per_iteration[k].append(np.asarray(value))
+        return tuple(states + self._stack(per_iteration, scan_output_axes, scan_output_directions))
+
+    def _sequence_length(self, scans, axes):
+        lengths = [np.shape(x)[a] for x, a in zip(scans, axes)]
+        names = self.onnx_node.input[len(self.onnx_node.input) - len(scans):]
+        for name, n in zip(names, lengths):
+            if n != lengths[0]:
+                raise KernelFailure(f"Scan inputs have inconsistent sequence lengths: {lengths[0]} for "
+                                    f"'{names[0]}', {n} for '{name}' (along their scan_input_axes); give every "
+                                    "scan input the same length")
+        if lengths and lengths[0] == 0:
+            raise KernelFailure("Scan: the scan inputs have length 0 along their scan axis; ORT 1.19.2 fails on it "
+                                "('Invalid dim0_offset of 0. Dimension 0 is 0'). Give at least one element to scan")
+        return lengths[0] if lengths else 0
+
+    def _stack(self, per_iteration, axes, directions):
+        out_names = self.body.output_names[len(self.body.output_names) - len(per_iteration):]
+        axes, backward = _per_item(axes, len(per_iteration)), _per_item(directions, len(per_iteration))
+        stacked = []
+        for k, values in enumerate(per_iteration):
+            shapes = {v.shape for v in values}
+            if len(shapes) > 1:
+                raise KernelFailure(f"Scan: body output '{out_names[k]}' changes shape between iterations "
+                                    f"({[list(v.shape) for v in values]}); a scan output's per-iteration values "
+                                    "must all have one shape to be stacked")
+            rank = values[0].ndim + 1
+            axis = _scan_axis("scan_output_axes", k, axes[k], rank)
+            stacked.append(np.stack(values[::-1] if backward[k] else values, axis=axis))
+        return stacked
 
 
 @register_op_kernel("Scan", provider=CPU)
 class OrtScan(ReferenceKernel):
-    """Scan whose body may read values of the graph around it (see ScopedScan).
+    """Scan with ORT's directions, axes and outer-scope reads (DirectedScan) from opset 9; opset 8's form
+    (a batch axis and sequence_lens) keeps onnx.reference's.
     ORT: onnxruntime/core/providers/cpu/controlflow/scan_9.cc."""
 
     def __init__(self, info):
         opsets = dict(info.node.graph.opset_imports)
         opset = opsets.get("", opsets.get("ai.onnx", 0))
-        super().__init__(info, op_class=ScopedScan if opset >= 9 else None)  # opset 8's form: the reference's
+        super().__init__(info, op_class=DirectedScan if opset >= 9 else None)
+
+
+override_reference_op("Scan", 9, 10 ** 6)(DirectedScan)  # a Scan inside an If, Loop or Scan body too
 
 
 # --- SequenceMap ------------------------------------------------------------------------------
