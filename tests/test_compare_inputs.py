@@ -142,3 +142,33 @@ def test_zero_size_dims_are_compared(folder):
     assert "X float32[0, 3]" in report.generated
     assert {r.check: r.status for r in report.rows}["engine output Y"] == cmp.AGREE
     assert np.prod(cmp.generate_feeds(relu(["batch", 3]), {"batch": 0})[0]["X"].shape) == 0
+
+
+def test_a_path_that_is_not_a_plain_file_is_named(tmp_path, capsys):
+    import os
+
+    fifo = tmp_path / "pipe.onnx"
+    os.mkfifo(fifo)
+    assert cmp.main([str(fifo)]) == 2
+    err = capsys.readouterr().err
+    assert "not a plain file" in err and len(err.strip().splitlines()) == 1, err
+    assert cmp.main([""]) == 2
+    err = capsys.readouterr().err
+    assert "no model path" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_an_optional_input_is_named_in_words():
+    opt = helper.make_value_info("O", helper.make_optional_type_proto(helper.make_tensor_type_proto(F, [2])))
+    model = _model([helper.make_node("OptionalGetElement", ["O"], ["Y"])], [opt], [vi("Y", F, [2])], opset=18)
+    with pytest.raises(cmp.CompareError, match="input 'O' is an optional, not a tensor"):
+        cmp.generate_feeds(model)
+
+
+@pytest.mark.parametrize("args, words", [
+    (("{folder}/dyn.onnx", "--seed", "abc"), "--seed: invalid int value: 'abc'"),
+    ((), "the following arguments are required: model"),
+    (("{folder}/dyn.onnx", "--frob"), "unrecognized arguments: --frob"),
+])
+def test_argument_errors_are_one_line_too(folder, args, words):
+    err = _one_line_exit_2(_cli(*(a.format(folder=folder) for a in args)))
+    assert words in err and "--help" in err

@@ -145,3 +145,26 @@ def test_an_error_in_the_child_comes_back_as_an_ortlab_error_and_results_as_valu
     with pytest.raises(OrtlabError, match="no thanks"):
         ort_child.in_child("refusing", refuse)
     assert ort_child.in_child("adding", lambda a, b: {"y": np.arange(3) + a + b}, 1, 2)["y"].tolist() == [3, 4, 5]
+
+
+def gather(width=4):
+    """Gather (then Relu) on a table of one row: the generated ids (0 or 1) are out of range, and both sides
+    refuse; the gathered rows are an intermediate value, planned in the memory block."""
+    table = numpy_helper.from_array(np.ones((1, width), np.float32), "E")
+    nodes = [helper.make_node("Gather", ["E", "ids"], ["g"]), helper.make_node("Relu", ["g"], ["Y"])]
+    return _model(nodes, [vi("ids", I64, ["n"])],
+                  [vi("Y", onnx.TensorProto.FLOAT, None)], [table])
+
+
+def test_feeds_both_sides_refuse_agree_and_ort_logs_stay_out_of_stderr(tmp_path):
+    onnx.save(gather(), str(tmp_path / "gather.onnx"))
+    done = _cli(tmp_path / "gather.onnx")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert done.stderr.strip() == "", done.stderr  # ORT's "[E:onnxruntime:...]" line stays in its child
+    assert "both refuse" in done.stdout and "out of range" in done.stdout
+
+
+def test_a_memory_block_ort_cannot_run_is_skipped_with_its_reason():
+    report = cmp.compare(gather(1 << 16), dims={"n": 8})
+    memory = {r.check: r for r in report.rows}["memory block"]
+    assert memory.status == cmp.SKIPPED and "ORT cannot run" in memory.detail, memory.detail

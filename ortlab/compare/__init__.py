@@ -18,6 +18,7 @@ its dynamic dimensions, the feeds fit in memory, the seed is numpy's.
 Exit code: 0 when every check agrees (or is skipped, with its reason), 1 on any disagreement, 2 on
 bad input (one line on stderr), ORT dying or hanging included.
 """
+import argparse
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,7 @@ def load(model):
         raise CompareError(f"compare() takes an onnx.ModelProto or a path to a .onnx file, not "
                            f"{type(model).__name__}")
     else:
+        _check_path(model)
         try:
             loaded = load_model(model)
         except GraphError as exc:  # a missing file, a folder, not a model, missing external data
@@ -55,6 +57,15 @@ def load(model):
         raise CompareError(f"{where} declares no graph outputs, so there is nothing to compare: is it an ONNX "
                            "model?")
     return loaded
+
+
+def _check_path(path):
+    """A path that names nothing, or something that is neither a file nor a folder, said plainly."""
+    if not str(path).strip():
+        raise CompareError("no model path given: name a .onnx file")
+    path = Path(path)
+    if path.exists() and not path.is_file() and not path.is_dir():
+        raise CompareError(f"{path} is not a plain file (a pipe, a device, a socket...): give a .onnx file")
 
 
 def check_ort_loads(model):
@@ -168,10 +179,15 @@ def check_json_target(path):
     return path
 
 
-def _parser():
-    import argparse
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (and exit code 2, as any bad input)."""
 
-    parser = argparse.ArgumentParser(prog="python -m ortlab compare",
+    def error(self, message):
+        self.exit(2, f"error: {message} (python -m ortlab compare --help: the options)\n")
+
+
+def _parser():
+    parser = _Parser(prog="python -m ortlab compare",
                                      description="Compare ortlab with ORT 1.19.2 on one ONNX model.")
     parser.add_argument("model", help="path to a .onnx file")
     parser.add_argument("--loss", help="a graph output to differentiate")

@@ -123,9 +123,11 @@ def _gradient_row(check, name, a, b):
 def engine_rows(model, feeds):
     """ortlab.engine.InferenceSession's outputs next to ORT's InferenceSession's, same feeds."""
     theirs = attempt(in_child, _running(feeds), ort_child.run_model, model, feeds)
+    ours = attempt(_engine_run, model, feeds)
+    if isinstance(theirs, Exception) and isinstance(ours, Exception):
+        return [Row("engine outputs", AGREE, f"both refuse these feeds: ortlab: {why(ours)} | ORT: {why(theirs)}")]
     if isinstance(theirs, Exception):
         return [Row("engine outputs", DIFFER, f"ORT cannot run it: {why(theirs)}")]
-    ours = attempt(_engine_run, model, feeds)
     if isinstance(ours, Exception):
         return [Row("engine outputs", DIFFER, f"ortlab's engine cannot run it: {why(ours)}")]
     rows = []
@@ -158,7 +160,10 @@ def memory_rows(model, feeds):
     if predicted < FIRST_REGION:
         return [Row(check, SKIPPED, f"predicted {predicted:,} B fits ORT's first 1 MiB arena region, "
                                     "which ORT never logs: nothing to compare (feed larger dims)")]
-    theirs = in_child(f"{_running(feeds)} with its arena logged", ort_child.ort_block, model, feeds)
+    theirs = attempt(in_child, f"{_running(feeds)} with its arena logged", ort_child.ort_block, model, feeds)
+    if isinstance(theirs, Exception):
+        return [Row(check, SKIPPED, f"predicted {predicted:,} B, but ORT cannot run it on these feeds: "
+                                    f"{why(theirs)}")]
     if theirs is None:
         return [Row(check, DIFFER, f"predicted {predicted:,} B, but ORT logged no arena request")]
     return [Row(check, AGREE if theirs == predicted else DIFFER,

@@ -92,9 +92,9 @@ def feed_specs(model, dims):
 
 def _shape(vi, dims, chosen):
     if not vi.type.HasField("tensor_type"):
-        kind = vi.type.WhichOneof("value") or "no type"
-        raise CompareError(f"input {vi.name!r} is a {kind.replace('_type', '')}, not a tensor; compare() "
-                           "generates tensor feeds only")
+        kind = (vi.type.WhichOneof("value") or "untyped value").replace("_type", "").replace("_", " ")
+        raise CompareError(f"input {vi.name!r} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a tensor; "
+                           "compare() generates tensor feeds only")
     shape = []
     for axis, dim in enumerate(vi.type.tensor_type.shape.dim):
         if dim.HasField("dim_value"):

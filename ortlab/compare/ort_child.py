@@ -7,6 +7,7 @@ The child is forked: it starts in milliseconds, with the model and feeds already
 nothing of the caller's script again (as a spawned child would)."""
 import faulthandler
 import multiprocessing
+import os
 import re
 import signal
 import tempfile
@@ -20,7 +21,8 @@ from ortlab.compare.report import CompareError
 from ortlab.errors import OrtlabError
 
 ORT_TIMEOUT_S = 600      # one ORT call (load, optimize, build gradients, run): then the child is stopped
-SIGNALS = {"SIGFPE": "an arithmetic trap: an integer division or remainder by zero",
+SIGNALS = {"SIGFPE": "an arithmetic trap: an integer division or remainder by zero, or the smallest integer "
+                     "divided by -1",
            "SIGSEGV": "a memory fault inside ORT", "SIGBUS": "a memory fault inside ORT",
            "SIGABRT": "ORT aborted", "SIGILL": "an illegal instruction",
            "SIGKILL": "killed from outside, often by the system for lack of memory"}
@@ -70,6 +72,7 @@ def _serve(send, fn, args):
     """The child: run fn, send ("ok", result), ("refused", the OrtlabError) or ("error", a traceback).
     Python's faulthandler (pytest's, or PYTHONFAULTHANDLER) is off here: the parent reports the death."""
     faulthandler.disable()
+    _quiet_stderr()
     try:
         message = ("ok", fn(*args))
     except OrtlabError as exc:
@@ -81,6 +84,15 @@ def _serve(send, fn, args):
     except Exception:  # noqa: BLE001 - a result or error that does not pickle
         send.send(("error", traceback.format_exc()))
     send.close()
+
+
+def _quiet_stderr():
+    """The child's file descriptor 2 goes nowhere: ORT's own log lines ("[E:onnxruntime:...]") would repeat,
+    on the caller's stderr, the error that comes back as a message (ortlab.capture still reads fd 2 where
+    a call captures ORT's log)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
 
 
 def _remade(cls, message):
@@ -166,4 +178,10 @@ def ort_block(model, feeds):
     """The memory-pattern block ORT asks its CPU arena for on the first run (None when not logged)."""
     from ortlab.walkthroughs.memory_recompute import ort_block as block
 
-    return block(model, feeds)
+    try:
+        return block(model, feeds)
+    except OrtlabError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - ORT's own run error (InvalidArgument, Fail...), raised raw there
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CompareError(f"onnxruntime could not run the model: {text}") from None
