@@ -287,3 +287,25 @@ def test_dequantize_linear_before_opset_19_runs_as_ort(opset, axis, scale, zero)
     m = model([h.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], **kw)], {"x": x}, opset=opset, inits=inits)
     ours, theirs = both(m, {"x": x})
     assert_close(ours, theirs)
+
+
+@pytest.mark.parametrize("opset", [1, 13])
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+@pytest.mark.parametrize("batch", [1, 2])
+def test_lrn_normalises_every_channel_as_ort(opset, size, batch):
+    x = RNG.standard_normal((batch, 5, 2, 3)).astype(np.float32)
+    m = model([h.make_node("LRN", ["x"], ["y"], size=size, alpha=0.5, beta=0.75, bias=1.0)], {"x": x}, opset=opset)
+    if size % 2 == 0:  # ORT takes odd sizes only
+        same_or_both_refuse(m, {"x": x})
+        return
+    ours, theirs = both(m, {"x": x})
+    squares, half = x.astype(np.float64) ** 2, (size - 1) // 2
+    total = np.stack([squares[:, max(0, c - half):c + half + 1].sum(axis=1) for c in range(5)], axis=1)
+    np.testing.assert_allclose(theirs[0], x / (1 + 0.5 / size * total) ** 0.75, rtol=1e-5, atol=1e-6)
+    assert_close(ours, theirs)
+
+
+def test_lrn_of_a_3d_input_is_refused_as_ort():
+    x = RNG.standard_normal((2, 5, 3)).astype(np.float32)
+    m = model([h.make_node("LRN", ["x"], ["y"], size=3)], {"x": x}, opset=13)
+    same_or_both_refuse(m, {"x": x})

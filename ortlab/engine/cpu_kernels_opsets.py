@@ -376,3 +376,29 @@ class DequantizeLinear10(load_op("", "DequantizeLinear", 19)):
 override_reference_op("RoiAlign", 10, 15)(RoiAlign10)
 override_reference_op("GridSample", 16, 19)(GridSample16)
 override_reference_op("DequantizeLinear", 10, 18)(DequantizeLinear10)
+
+
+# --- LRN --------------------------------------------------------------------------------------
+class OrtLRN(OpRun):
+    """LRN: x / (bias + alpha / size * sum of x^2 over the channels c - (size-1)/2 .. c + (size-1)/2) ^ beta for
+    every channel c; onnx.reference loops over the batch axis instead of the channels, so with one image only
+    channel 0 is normalised (silently). ORT takes odd sizes only and 4-D input.
+    ORT: onnxruntime/core/providers/cpu/nn/lrn.cc."""
+
+    op_schema = get_schema("LRN", 13)
+
+    def _run(self, x, alpha=1e-4, beta=0.75, bias=1.0, size=None, **_):
+        if size % 2 != 1:
+            raise KernelFailure(f"LRN: size {size}; ORT 1.19.2 takes odd sizes only ('size_ % 2 == 1 was false')")
+        if x.ndim != 4:
+            raise KernelFailure(f"LRN: input of rank {x.ndim}; ORT's kernel takes 4-D input [N, C, H, W]")
+        squares = (x * x).astype(x.dtype)
+        total = np.zeros_like(squares)
+        half = (size - 1) // 2
+        for c in range(x.shape[1]):
+            total[:, c] = squares[:, max(0, c - half):c + half + 1].sum(axis=1)
+        scale = x.dtype.type(bias) + x.dtype.type(alpha / size) * total
+        return ((x * scale ** x.dtype.type(-beta)).astype(x.dtype),)
+
+
+override_reference_op("LRN", 1, LAST)(OrtLRN)
