@@ -36,6 +36,16 @@ def node_op_name(node):
     return op_name(node.op_type, node.domain)
 
 
+def op_counts(model):
+    """{op printed as op_name: number of nodes} of a ModelProto's or GraphProto's main graph, in first-seen
+    order (what ORT's graph dumps are compared by: 'com.microsoft:Gelu': 2)."""
+    counts = {}
+    for node in (model.graph if hasattr(model, "graph") else model).node:
+        key = node_op_name(node)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def node_label(node):
     """How a node is named in messages: its name, else `op_name(first output)`."""
     outputs = list(node.output if hasattr(node, "output") else node.outputs)

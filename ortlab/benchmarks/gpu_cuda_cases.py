@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ortlab.cuda import op_kernels
+from ortlab.cuda.kernels.layer_norm_versions import VERSIONS, grid
 
 SIZES = {
     "small": {"rows": 37, "cols": 300, "grid": 8, "block": 128, "gather": ((7, 5, 3), (12,))},
@@ -182,8 +183,6 @@ register_case(KernelCase("LayerNormalization and its Grad", "layer_norm", _layer
 
 
 def _layer_norm_versions(launch, a, s):
-    from ortlab.walkthroughs.kernel_optimization import VERSIONS, grid
-
     rows, cols = a["x"].shape
     found = {}
     for label, kernel, _ in VERSIONS:

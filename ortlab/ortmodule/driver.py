@@ -7,7 +7,6 @@ names in _graph_execution_manager.py). Its Python logger writes through the root
 C++ core straight to file descriptors 1 and 2; `captured_logs` collects both.
 """
 import ast
-import collections
 import contextlib
 import copy
 import re
@@ -24,7 +23,7 @@ from ortlab.capture import captured_lines
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
 from ortlab.patch import environment
-from ortlab.onnx_defs import node_op_name
+from ortlab.onnx_defs import op_counts
 from ortlab.training.loop import train as torch_train
 
 # What ORTModule writes with DebugOptions(save_onnx=True), in the order it makes them.
@@ -449,11 +448,6 @@ def step_time_table(module, batches, steps=20, warmup=3, lr=0.05):
     rows = [(name, f"{1e3 * median(t[warmup:]):.2f}", f"{1e3 * min(t[warmup:]):.2f}", f"{1e3 * max(t[warmup:]):.2f}",
              f"{1e3 * t[0]:.1f}") for name, t in timed.items()]
     return Table(("", f"median ms/step (steps {warmup + 1}-{steps})", "fastest", "slowest", "first step ms"), rows)
-
-
-def op_counts(model):
-    """{op type: count} of a model's nodes, printed as onnx_defs.op_name: 'com.microsoft:Gelu'."""
-    return dict(collections.Counter(node_op_name(node) for node in model.graph.node))
 
 
 def graph_changes(graphs):

@@ -9,27 +9,17 @@ import numpy as np
 
 from ortlab import cuda
 from ortlab.cuda import gpu, kernels
+from ortlab.cuda.kernels.layer_norm_versions import VERSIONS, grid
 from ortlab.session import run_node
 
 ARCHS = ("sm_80", "sm_90")
 BLOCK_SIZES = (32, 128, 256, 768, 1024)
 EPSILON = 1e-5
-# (label, kernel, what it does)
-VERSIONS = (
-    ("naive", "layer_norm_naive", "one thread per row, three walks over its row"),
-    ("block tree", "layer_norm_block_tree", "one block per row, shared-memory tree sums"),
-    ("warp + float4", "layer_norm_warp_vec4", "one block per row, float4 loads, warp shuffles"),
-)
 
 
 def source():
     """The CUDA C++ text of the three versions, after common.cuh (the warp and block sums they share)."""
     return kernels.source("layer_norm_versions")
-
-
-def grid(kernel, rows, block):
-    """Blocks to launch: the naive kernel has a thread per row, the others a block per row."""
-    return -(-rows // block) if kernel == "layer_norm_naive" else rows
 
 
 def resource_rows(archs=ARCHS, block_sizes=BLOCK_SIZES):
