@@ -141,6 +141,11 @@ def test_readme_lab_command_opens_the_welcome_notebook(browser, jupyterlab):
         ".then(r => r.json()).then(j => done(j.schema.properties), e => done(String(e)));")
     assert notification["fetchNews"]["default"] == "false", notification
     assert notification["checkForUpdates"]["default"] is False, notification
+    kernels = browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch('/api/kernelspecs').then(r => r.json())"
+        ".then(j => done([j.default, Object.keys(j.kernelspecs)]), e => done(String(e)));")
+    assert kernels == ["ortlab", ["ortlab"]], kernels  # one kernel offered: the lab's, with its notebook hints
     assert browser.current_url.startswith("http://127.0.0.1:"), browser.current_url
     assert "/lab/tree/notebooks/00_welcome.ipynb" in browser.current_url, browser.current_url
     assert any(h.replace("¶", "").strip() == heading for h in shown), shown

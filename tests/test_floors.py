@@ -17,6 +17,7 @@ PACKAGE = ROOT / "ortlab"
 
 FLOORS = (
     "errors", "ortlab", "patch", "env", "onnx_defs", "registry", "capture", "viz", "models",  # shared base
+    "notebook_hints",
     "ops",           # what an op is: numpy references, ORT's contrib schemas, the kernel declaration table
     "ir",            # Graph, Node, NodeArg, orders, ORT-flavoured shape inference
     "session",       # the real onnxruntime.InferenceSession, observed

@@ -9,5 +9,7 @@ if [ "${ORTLAB_USE_ACTIVE_ENV:-0}" = 1 ]; then py=python; else py=$repo/${ORTLAB
 case "$py" in /*|python) ;; *) py=$repo/$py ;; esac
 as_root=(); [ "$(id -u)" = 0 ] && as_root=(--allow-root)  # containers often run as root
 cd "${ORTLAB_LAB_ROOT:-$repo}"
-exec "$py" -m jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. "${as_root[@]}" "$@" \
+# one kernel offered, the lab's own (it loads ortlab.notebook_hints), never ipykernel's bare "Python 3"
+one_kernel=('--KernelSpecManager.allowed_kernelspecs={"ortlab"}' --MappingKernelManager.default_kernel_name=ortlab)
+exec "$py" -m jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. "${one_kernel[@]}" "${as_root[@]}" "$@" \
     notebooks/00_welcome.ipynb

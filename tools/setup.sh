@@ -77,9 +77,12 @@ if [ "$(cat "$stamp_dir/deepspeed" 2>/dev/null)" != "$ds_key" ]; then
     echo "$ds_key" > "$stamp_dir/deepspeed"
 fi
 
-if [ ! -f "$env_dir/share/jupyter/kernels/ortlab/kernel.json" ]; then
+# The kernel loads ortlab.notebook_hints: a cell run before the cells it needs names the cell to run first.
+kernel_json=$env_dir/share/jupyter/kernels/ortlab/kernel.json
+if ! grep -q "ortlab.notebook_hints" "$kernel_json" 2>/dev/null; then
     say "registering the Jupyter kernel 'ortlab'"
     "$py" -m ipykernel install --sys-prefix --name ortlab --display-name "Python (ortlab)" > /dev/null
+    "$py" -c 'import json, sys; p = sys.argv[1]; s = json.load(open(p)); s["argv"].append("--ext=ortlab.notebook_hints"); json.dump(s, open(p, "w"), indent=1)' "$kernel_json"
 fi
 # JupyterLab's settings for this lab: no "get notified about official Jupyter news?" pop-up and no update
 # check (both would reach the network); `make lab` and the browser test start JupyterLab the same way.
