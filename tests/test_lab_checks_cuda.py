@@ -224,16 +224,51 @@ def test_host_code_in_the_source_is_refused(host, found):
     assert status == "fail" and f"the source holds host-side code ({found!r})" in message, message
 
 
-def test_native_code_loaded_for_the_cpu_runner_cannot_change_the_verdict(monkeypatch):
-    """Past the screen, the learner's build is loaded only in a child process: its constructor, which
-    replaces the judge's comparison where it runs, leaves the grader's judge as it was (and dx = 0 fails).
-    Before the judge ran the CPU runner in a child, this forgery passed."""
+# The issue's forgery: host code NVRTC never sees (#ifndef __CUDA_ARCH__), Python's C API named through the
+# digraph %:%: (the screen looks for ## and Py...), and a static object whose constructor replaces the
+# launch with ORT's own answer where the build is loaded. An empty kernel: dx is never written.
+FORGED_DIGRAPH = r"""
+#ifndef __CUDA_ARCH__
+%:define GLUE(a, b) a %:%: b
+extern "C" int GLUE(Py, Run_SimpleString)(const char*);
+extern "C" int GLUE(Py, GILState_Ensure)();
+extern "C" void GLUE(Py, GILState_Release)(int);
+struct Forge {  // a static object: its constructor runs where the CPU runner's build is loaded
+  Forge() {
+    const int state = GLUE(Py, GILState_Ensure)();
+    GLUE(Py, Run_SimpleString)("import ortlab.labs.judges.lab10 as j, ortlab.labs.lab10 as l\n"
+                               "j.run_gelu_grad = l.run_gelu_grad = (lambda source, grid_fn, n, kernel=None, seed=0:"
+                               " j.ort_gelu_grad(*l.gelu_inputs(n, seed)))\n");
+    GLUE(Py, GILState_Release)(state);
+  }
+};
+static Forge forge;
+#endif
+extern "C" __global__ void gelu_grad(const float* dy, const float* x, float* dx, int n) {}
+"""
+
+
+@pytest.mark.parametrize("forged, words", [
+    (FORGED, "compared with ORT's GeluGrad: dx: wrong values"),
+    (FORGED_DIGRAPH, "1024 of 1024 elements of dx were never written"),
+], ids=["replaces-compare", "digraph-static-constructor"])
+def test_native_code_loaded_for_the_cpu_runner_cannot_change_the_verdict(forged, words, monkeypatch):
+    """Past the screen (turned off here: the second forgery gets past it anyway), the learner's build is
+    loaded only in the CPU runner's own process (ortlab.labs.cpu_runner), which holds no judge and no
+    reference: what its constructor replaces there is not what decides. Under the earlier judge, which ran
+    the runner in a forked child of its own process, both forgeries passed."""
     import re
 
     monkeypatch.setattr(judges, "HOST_CODE", re.compile("(?!x)x"))
-    status, message = gelu_verdict(FORGED)
-    assert status == "fail" and "compared with ORT's GeluGrad: dx: wrong values" in message, message
+    status, message = gelu_verdict(forged)
+    assert status == "fail" and words in message, message
     assert judges.compare is not None and judges.compare.__module__ == "ortlab.labs.checks"
+    assert lab10.run_gelu_grad.__module__ == "ortlab.labs.lab10" and not hasattr(judges, "run_gelu_grad")
+
+
+def test_the_screen_is_a_message_not_the_defence():
+    """The issue's forgery holds no token the screen looks for: only the process structure stops it."""
+    assert judges.HOST_CODE.search(FORGED_DIGRAPH) is None
 
 
 def test_grading_the_lab_runs_the_judges_in_the_grader(tmp_path):

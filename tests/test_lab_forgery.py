@@ -106,15 +106,16 @@ FORGED_BYTECODE = """\
 import importlib.util, marshal, pathlib, sys
 import ortlab.labs
 _judge = pathlib.Path(ortlab.labs.__file__).parent / "judges" / "{lab}.py"
-_code = compile(_judge.read_text() + "\\nimport ortlab.labs.checks as _c\\n"
-                "_c.evaluate = lambda exercise, test: _c.CheckResult(exercise, 'pass')\\n", str(_judge), "exec")
+_code = compile(_judge.read_text() + "\\nimport ortlab.labs.checks as _c, os as _os\\n"
+                "_c.evaluate = lambda exercise, test: _c.CheckResult(exercise, 'pass')\\n"
+                "_os.remove(__cached__)\\n", str(_judge), "exec")  # and it deletes itself once loaded
 _stat = _judge.stat()
 _forged = _judge.parent / "__pycache__" / f"{lab}.{{sys.implementation.cache_tag}}.pyc"
 _forged.parent.mkdir(exist_ok=True)
 _forged.write_bytes(importlib.util.MAGIC_NUMBER + bytes(4) + (int(_stat.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
                     + (_stat.st_size & 0xFFFFFFFF).to_bytes(4, "little") + marshal.dumps(_code))
 """
-DELETES_THE_FORGERY = "_forged.unlink()  # gone again when the grader looks"
+DELETES_THE_FORGERY = "_forged.unlink(missing_ok=True)  # gone again when the grader looks"
 
 # An answer whose == is always true, for every exercise: after each cell, each function still raising a
 # stub's NotImplementedError is replaced by one returning such an answer.
@@ -220,8 +221,8 @@ def test_every_forgery_in_a_stubbed_lab_grades_not_done(name, tmp_path):
 @pytest.mark.parametrize("name", LABS, ids=_lab_number)
 def test_a_forged_judge_cache_left_from_an_earlier_run_is_refused(name, tmp_path):
     """The same forged cache, written before grading (by a notebook run earlier, and not deleted): the
-    grader checks each cache of ortlab's modules against its source before it imports anything more, and
-    refuses to grade (exit 2, one line naming the file) instead of loading it."""
+    grader checks each cache of ortlab's modules against its source before it imports anything more (once
+    loaded, this one deletes itself), and refuses to grade (exit 2, one line naming the file)."""
     import subprocess
     import sys
 

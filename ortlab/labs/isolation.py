@@ -54,11 +54,13 @@ def prepare(imports=()):
     return []
 
 
-def forged_caches():
-    """[(module name, cache path)] for each module of ortlab whose bytecode cache is current for its source
-    (same time and size, so Python would load it) but holds other code than its source compiles to."""
+def forged_caches(package=PACKAGE):
+    """[(module name, cache path)] for each module of `package` (ortlab) whose bytecode cache is current for
+    its source (same time and size, so Python would load it) but holds other code than its source
+    compiles to."""
+    package = Path(package)
     forged = []
-    for source in sorted(PACKAGE.rglob("*.py")):
+    for source in sorted(package.rglob("*.py")):
         if "__pycache__" in source.parts:
             continue
         cache = Path(importlib.util.cache_from_source(str(source)))
@@ -71,7 +73,7 @@ def forged_caches():
         if _cache_matches(source, cache):
             _VERIFIED.add(key)
         else:
-            parts = source.relative_to(PACKAGE.parent).with_suffix("").parts
+            parts = source.relative_to(package.parent).with_suffix("").parts
             forged.append((".".join(parts[:-1] if parts[-1] == "__init__" else parts), str(cache)))
     return forged
 

@@ -9,38 +9,34 @@ LayerNormalizationGrad), run as one-node models by ortlab.session.run_node. On a
 cubin runs too and is compared with ORT the same way.
 
 The learner's text becomes native code on the CPU runner (g++), and native code can do anything in the
-process that loads it (a constructor calling Python's C API could replace this module's comparison). So
-the source is screened for host-side code (HOST_CODE), and the build is loaded and launched only in a
-forked child (`isolated`), whose answer comes back as JSON data that this process decodes into plain
-arrays and checks itself.
+process that loads it (a constructor calling Python's C API could replace any function there). So the
+build is loaded and launched only in a fresh process of its own (ortlab.labs.cpu_runner), which is sent the
+inputs made here and sends back each launch's output array as data; that process holds no judge and no
+reference, and this one decides. The source is also screened for host-side code (HOST_CODE), to tell a
+learner who wrote some that a kernel is device code only: a screen of text is a message, not the defence.
 
 Each usual mistake has its own message: an access past an array (no bounds check, the runner's
 report), a barrier not every thread reaches, a result that changes with the order threads run
 between barriers (a missing __syncthreads), sums that are wrong while the rest of the formula is
 right (a wrong reduction), and elements no thread wrote (a grid too small, or a row not looped over).
 """
-import contextlib
-import json
-import os
 import re
-import select
-import signal
-import time
 
 import numpy as np
 
 from ortlab.labs.checks import CheckFailed, call_learner, compare
-from ortlab.labs.lab10 import (BLOCK, GELU, LN_GRAD, SEEN_LN, SEEN_N, compiled, cpu_build, gelu_inputs,
-                               grid_blocks, gpu_run, gpu_usable, layer_norm_inputs, nan_filled, run_gelu_grad,
-                               run_layer_norm_grad, source_text, check_signature, unwritten)
-from ortlab.labs.remote import decode, encode, function
+from ortlab.labs import cpu_runner, lab10
+from ortlab.labs.lab10 import (BLOCK, GELU, LN_GRAD, SEEN_LN, SEEN_N, check_signature, compiled,
+                               gelu_inputs, grid_blocks, gpu_run, gpu_usable, layer_norm_inputs, nan_filled,
+                               runner_message, source_text, unwritten)
+from ortlab.labs.remote import function
 from ortlab.session import run_node
 
 HIDDEN_N = (1, 255, 257, 4097, 12345)
 HIDDEN_LN = ((1, 33, 128), (37, 300, 64), (3, 1000, 256), (96, 64, 32), (5, 2, 128), (2, 2050, 256), (7, 515, 96))
 GELU_TOL = {"rtol": 1e-5, "atol": 1e-5}
 LN_TOL = {"rtol": 1e-4, "atol": 1e-4}
-CHILD_TIMEOUT = 300.0  # seconds for all of one exercise's CPU-runner launches
+CHILD_TIMEOUT = 300.0  # seconds for the CPU runner's process to build and run all of one exercise's launches
 # Host-side code has no place in a kernel's source, and is how native code would reach the process that
 # loads it: attributes (constructors), inline assembly, includes, Python's C API, the loader and processes.
 # A screen, not a sandbox: token pasting (##) and _Pragma are refused too, so that no name is built from parts.
@@ -78,56 +74,21 @@ def prepared(source, kernel):
     compiled(source, kernel)
 
 
-# --- the learner's native code runs in a child process -----------------------------------------------
-def isolated(fn, *args, timeout=CHILD_TIMEOUT):
-    """fn(*args) run in a forked child process, the only one that loads the learner's kernel as native
-    code (g++'s build for the CPU runner, dlopened there): whatever that code does at load or launch
-    stays in the child. The answer comes back as JSON data (remote.encode / remote.decode, which build
-    only plain values: nothing is unpickled here); a CheckFailed in the child comes back as its message."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: answer once, never return into the grader's code
-        try:
-            os.close(read_end)
-            try:
-                payload = {"ok": encode(fn(*args))}
-            except CheckFailed as exc:
-                payload = {"failed": str(exc)}
-            except BaseException as exc:
-                payload = {"failed": f"the CPU runner raised {type(exc).__name__}: {str(exc)[:300]}"}
-            with os.fdopen(write_end, "wb") as out:
-                out.write(json.dumps(payload).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    chunks, deadline = [], time.monotonic() + timeout
+# --- the learner's native code runs in a process of its own -------------------------------------------
+def on_cpu_runner(source, kernel, runs):
+    """[dx, or the runner's message for the learner] for each cpu_runner.Launch, run in the runner's own
+    process (ortlab.labs.cpu_runner), never in this one; CheckFailed when it cannot build or answer."""
     try:
-        while True:
-            ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                raise CheckFailed(f"the kernels did not finish on the CPU runner within {timeout:g} s")
-            chunk = os.read(read_end, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(read_end)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    try:
-        payload = json.loads(b"".join(chunks))
-        if "failed" in payload:
-            raise CheckFailed(str(payload["failed"])[:1000])
-        return decode(payload["ok"])
-    except CheckFailed:
-        raise
-    except Exception:
-        raise CheckFailed("the CPU runner's process ended without a usable answer (did the kernel end it?)") from None
+        results = cpu_runner.launches(source, kernel[0], runs, CHILD_TIMEOUT, launch_timeout=lab10.TIMEOUT)
+    except cpu_runner.BuildFailed as exc:
+        raise CheckFailed(f"the CPU runner cannot build it: {str(exc)[:400]}") from None
+    except cpu_runner.RunnerFailed as exc:
+        raise CheckFailed(str(exc)) from None
+    return [runner_message(r) if isinstance(r, str) else r for r in results]
 
 
 def _answer(result, shape):
-    """A child's dx for one launch: a float32 array of `shape`, or CheckFailed with the child's message."""
+    """A runner's dx for one launch: a float32 array of `shape`, or CheckFailed with the runner's message."""
     if isinstance(result, str):
         raise CheckFailed(result)
     if not isinstance(result, np.ndarray) or result.dtype != np.float32 or result.shape != shape:
@@ -136,28 +97,25 @@ def _answer(result, shape):
 
 
 def _gelu_launches(source, blocks):
-    """In the child: [dx, or the message of its failure] for each (n, number of blocks)."""
-    kernel = cpu_build(source, GELU)
-    results = []
+    """[dx, or the message of its failure] for each (n, number of blocks), on the notebook's inputs."""
+    runs = []
     for n, count in blocks:
-        try:
-            results.append(run_gelu_grad(source, lambda _, count=count: count, n, kernel))
-        except CheckFailed as exc:
-            results.append(str(exc))
-    return results
+        dy, x = gelu_inputs(n)
+        runs.append(cpu_runner.Launch(count, BLOCK, (dy, x, nan_filled(x), n), out=2))
+    return on_cpu_runner(source, GELU, runs)
 
 
 def _layer_norm_launches(source, cases):
-    """In the child: [[dx thread 0 first, dx last thread first], or the message of a failure] per case."""
-    kernel = cpu_build(source, LN_GRAD)
-    results = []
+    """[[dx thread 0 first, dx last thread first], or the message of the first failure] per case."""
+    runs = []
     for rows, cols, block in cases:
-        try:
-            results.append([run_layer_norm_grad(source, rows, cols, block, kernel, schedule=schedule)
-                            for schedule in ("forward", "reverse")])
-        except CheckFailed as exc:
-            results.append(str(exc))
-    return results
+        dy, x, scale, mean, inv_std = layer_norm_inputs(rows, cols)
+        for schedule in ("forward", "reverse"):
+            runs.append(cpu_runner.Launch(rows, block, (dy, x, scale, mean, inv_std, nan_filled(x), rows, cols),
+                                          out=5, schedule=schedule))
+    results = on_cpu_runner(source, LN_GRAD, runs)
+    pairs = [results[k:k + 2] for k in range(0, len(results), 2)]
+    return [next((r for r in pair if isinstance(r, str)), pair) for pair in pairs]
 
 
 # --- exercise 1: GeluGrad ----------------------------------------------------------------------------
@@ -174,7 +132,7 @@ def gelu_grad(remote, source_fn, grid_fn):
         except CheckFailed as exc:
             grid_problem = exc
             break
-    for (n, count), result in zip(blocks, isolated(_gelu_launches, source, blocks) if blocks else []):
+    for (n, count), result in zip(blocks, _gelu_launches(source, blocks) if blocks else []):
         label = f"for n = {n}{' (a shape the notebook does not show)' if n not in SEEN_N else ''}"
         try:
             dx = _answer(result, (n,))
@@ -212,7 +170,7 @@ def layer_norm_grad(remote, source_fn):
     source = learner_source(remote, source_fn, "layer_norm_grad_source()")
     prepared(source, LN_GRAD)
     cases = SEEN_LN + HIDDEN_LN
-    for (rows, cols, block), result in zip(cases, isolated(_layer_norm_launches, source, cases)):
+    for (rows, cols, block), result in zip(cases, _layer_norm_launches(source, cases)):
         label = (f"for {rows} row(s) of {cols} with {block} threads per block"
                  f"{' (a shape the notebook does not show)' if (rows, cols, block) not in SEEN_LN else ''}")
         try:
