@@ -23,8 +23,8 @@ def verdict(capsys, run):
 
 # --- lab01 -----------------------------------------------------------------------------------
 
-def transpose_matmul(k, m, n, perm=(1, 0), out="Y", shape=True):
-    nodes = [helper.make_node("Transpose", ["A"], ["At"], perm=list(perm)),
+def transpose_matmul(k, m, n, perm=(1, 0), out="Y", shape=True, op="Transpose"):
+    nodes = [helper.make_node(op, ["A"], ["At"], perm=list(perm)),
              helper.make_node("MatMul", ["At", "B"], [out])]
     graph = helper.make_graph(nodes, "tm", [helper.make_tensor_value_info("A", F, [k, m]),
                                             helper.make_tensor_value_info("B", F, [k, n])],
@@ -34,7 +34,8 @@ def transpose_matmul(k, m, n, perm=(1, 0), out="Y", shape=True):
 
 @pytest.mark.parametrize("build, words", [
     (transpose_matmul, "[PASS]"),
-    (lambda k, m, n: transpose_matmul(k, m, n, shape=False), "onnx.checker rejects build(3, 2, 4)'s model"),
+    (lambda k, m, n: transpose_matmul(k, m, n, shape=False), "[PASS]"),  # Y without a shape: ORT runs it
+    (lambda k, m, n: transpose_matmul(k, m, n, op="Transposed"), "onnx.checker rejects build(3, 2, 4)'s model"),
     (lambda k, m, n: "a model", "returned str, not an onnx.ModelProto"),
     (lambda k, m, n: transpose_matmul(k, m, n, out="Z"), "output Y"),
     (lambda k, m, n: transpose_matmul(k, k, n, perm=(0, 1)), "ORT could not run"),
@@ -43,15 +44,16 @@ def test_lab01_transpose_matmul(build, words, capsys):
     assert words in verdict(capsys, lambda: lab01.check_transpose_matmul(build))
 
 
-def mlp(w1, b1, w2, b2, weights_as_inputs=False, fixed_batch=False):
+def mlp(w1, b1, w2, b2, weights_as_inputs=False, fixed_batch=False, shapes=True):
     weights = [numpy_helper.from_array(v, n) for v, n in ((w1, "w1"), (b1, "b1"), (w2, "w2"), (b2, "b2"))]
     nodes = [helper.make_node("Gemm", ["X", "w1", "b1"], ["h"]), helper.make_node("Relu", ["h"], ["a"]),
              helper.make_node("Gemm", ["a", "w2", "b2"], ["Y"])]
-    inputs = [helper.make_tensor_value_info("X", F, [1 if fixed_batch else "batch", 4])]
+    inputs = [helper.make_tensor_value_info("X", F, [1 if fixed_batch else "batch", 4] if shapes else None)]
     if weights_as_inputs:
         inputs += [helper.make_tensor_value_info(t.name, F, list(t.dims)) for t in weights]
         weights = []
-    graph = helper.make_graph(nodes, "mlp", inputs, [helper.make_tensor_value_info("Y", F, ["batch", 3])], weights)
+    outputs = [helper.make_tensor_value_info("Y", F, ["batch", 3] if shapes else None)]
+    graph = helper.make_graph(nodes, "mlp", inputs, outputs, weights)
     return make_model(graph, domains=())
 
 
@@ -59,6 +61,7 @@ def mlp(w1, b1, w2, b2, weights_as_inputs=False, fixed_batch=False):
     (mlp, "[PASS]"),
     (lambda *w: mlp(*w, weights_as_inputs=True), "should be 4 initializers"),
     (lambda *w: mlp(*w, fixed_batch=True), "batch dimension is fixed to 1; make it symbolic"),
+    (lambda *w: mlp(*w, shapes=False), "[PASS]"),  # X and Y declared without shapes, as ORT accepts
 ])
 def test_lab01_mlp_model(build, words, capsys):
     assert words in verdict(capsys, lambda: lab01.check_mlp_model(build))

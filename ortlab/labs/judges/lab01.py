@@ -13,14 +13,28 @@ from ortlab.labs.remote import call_with_arguments, function
 
 
 def as_valid_model(model, what):
-    """The model, or CheckFailed saying why it is not a valid ONNX model."""
+    """The model, or CheckFailed saying why it is not a valid ONNX model.
+
+    A graph input or output declared without a shape (make_tensor_value_info(name, type, None)) is
+    accepted, as ORT accepts it: onnx.checker alone requires every one to have a shape, so the checker
+    reads a copy in which each has one of unknown size."""
     if not isinstance(model, onnx.ModelProto):
         raise CheckFailed(f"{what} returned {type(model).__name__}, not an onnx.ModelProto "
                           "(build it with onnx.helper.make_model)")
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(_with_shapes(model))
     except Exception as exc:
         raise CheckFailed(f"onnx.checker rejects {what}'s model: {str(exc).splitlines()[0]}") from None
+    return model
+
+
+def _with_shapes(model):
+    """A copy of `model` in which each tensor input and output of the graph declared without a shape
+    has one (of one dimension of unknown size: the checker reads only that the field is there)."""
+    model = copy.deepcopy(model)
+    for value in (*model.graph.input, *model.graph.output):
+        if value.type.HasField("tensor_type") and not value.type.tensor_type.HasField("shape"):
+            value.type.tensor_type.shape.dim.add()
     return model
 
 
@@ -80,9 +94,9 @@ def mlp_model(remote, build):
                 f"{len(model.graph.initializer)} (use onnx.numpy_helper.from_array)")
     if _io(model) != ["X"]:
         return f"the model's only input should be X; it has {_io(model)}"
-    batch = model.graph.input[0].type.tensor_type.shape.dim[0]
-    if batch.HasField("dim_value"):
-        return (f"X's batch dimension is fixed to {batch.dim_value}; make it symbolic "
+    dims = model.graph.input[0].type.tensor_type.shape.dim  # none when X is declared without a shape
+    if dims and dims[0].HasField("dim_value"):
+        return (f"X's batch dimension is fixed to {dims[0].dim_value}; make it symbolic "
                 "(a string such as 'batch') so the model takes any batch size")
     for batch in (1, 5):  # the batch dimension must not be fixed
         x = rng.standard_normal((batch, 4)).astype(np.float32)
