@@ -25,6 +25,7 @@ from ortlab.ir.node_arg import type_of_tensor
 from ortlab.onnx_defs import DEFAULT_OPSET
 from ortlab.models import plain_torch_export
 from ortlab.training import export_symbolics
+from ortlab.training.gradient_cuts import refuse_gradient_cuts
 from ortlab.training.io import flatten_outputs, leaf_paths, TensorStub
 
 PREFIX = "module."
@@ -366,6 +367,24 @@ class GraphTransitionManager:
     def __init__(self, module, opset=DEFAULT_OPSET):
         self.module, self.opset = module, opset
         self.schema, self.model, self.history = None, None, []
+
+    def refuse_gradient_cuts(self, flat_inputs):
+        """One more forward, gradients on, on copies of the inputs (the module's state and the RNG put back):
+        GradientCutError where it cuts the gradient in a way the exported graph would not (gradient_cuts)."""
+        copies = input_copies(flat_inputs.tensors)
+
+        def run():
+            args, kwargs = flat_inputs.rebuild(copies)
+            return self.module(*args, **kwargs)
+
+        try:
+            with torch.random.fork_rng(devices=[]), unchanged_state(self.module):
+                refuse_gradient_cuts(run)
+        except OrtlabError:
+            raise
+        except Exception as exc:
+            raise ExportError(f"the module's forward failed in PyTorch with gradients on: {type(exc).__name__}: "
+                              f"{_reason(exc)}; it must run as it would in a plain PyTorch training step") from exc
 
     def use_cache_or_reconstruct(self, flat_inputs):
         reasons = flat_inputs.schema.differences(self.schema)

@@ -102,6 +102,8 @@ class MiniORTModule(torch.nn.Module):
             shapes = {n: tuple(t.shape) for n, t in zip(names, tensors)} if needs_static_shapes(
                 exported.processed) else None
             key = (x_names, tuple(sorted(shapes.items())) if shapes else None)
+            if key not in self._managers:
+                self._transition.refuse_gradient_cuts(flat)
             manager = self._manager(key, lambda: TrainingManager(
                 exported, names, x_names, self.gradient_builder, self.providers, self.level, self.runtime,
                 input_shapes=shapes))
