@@ -92,6 +92,13 @@ def _read_by(graph, name, indices):
     return any(c.index in indices for c in graph.consumers(name))
 
 
+def _initializer_outputs(graph, outputs, nodes):
+    """The module's outputs that are initializers of the training graph and no node of `nodes` reads (a
+    constant output, torch.ones(2): the gradient builder folds its Constant node into an initializer)."""
+    return [t for name, t in graph.initializers.items()
+            if name in outputs and not _read_by(graph, name, {n.index for n in nodes})]
+
+
 def _forward_and_backward(graph, forward_graph):
     """Nodes of the training `graph` that compute a value of `forward_graph` (their first
     output has a producer there), and the others."""
@@ -136,7 +143,7 @@ def split_training_graph(training, forward_model, outputs, differentiable, x_nam
         [training.graph.node[n.index] for n in fwd], "forward",
         [inputs_by_name[i] for i in graph.inputs if i not in grad_inputs],
         [onnx.ValueInfoProto(name=o) for o in outputs + [s for s in stashed if s not in outputs]],
-        _used_initializers(graph, fwd))
+        _used_initializers(graph, fwd) + _initializer_outputs(graph, outputs, fwd))
     produced = {o for n in bwd for o in training.graph.node[n.index].output}
     backward = helper.make_graph(
         [training.graph.node[n.index] for n in bwd], "backward", [],
