@@ -4,8 +4,9 @@ behaviour wins. Each kernel names the ORT file it mirrors; the table of differen
 ortlab/engine/cpu_kernels_ordering.py's ORT_VS_SPEC.
 """
 import numpy as np
+from onnx.reference.ops import load_op
 
-from ortlab.engine.cpu_execution_provider import ReferenceKernel
+from ortlab.engine.cpu_execution_provider import ReferenceKernel, override_reference_op
 from ortlab.engine.errors import KernelFailure
 from ortlab.engine.kernel_registry import CPU, register_op_kernel
 from ortlab.engine.cpu_kernels import is_custom_dtype
@@ -304,3 +305,27 @@ for _op in ("Add", "Sub", "Mul", "Div", "Mod", "Pow", "And", "Or", "Xor", "Equal
     register_op_kernel(_op, provider=CPU)(type(f"Ort{_op}", (OrtBinaryElementwise,), {
         "__doc__": f"{_op} with ORT's broadcast check (OrtBinaryElementwise); computed by onnx.reference.",
         "__module__": __name__}))
+
+
+# --- Softplus, CumSum -------------------------------------------------------------------------
+@override_reference_op("Softplus", 1, 10 ** 6)
+class OrtSoftplus(load_op("", "Softplus", 1)):
+    """Softplus as ORT: x + log1p(exp(-x)) for x > 0, log1p(exp(x)) otherwise, so 100 gives 100 and -100 gives
+    3.8e-44 in float32; onnx.reference's log(exp(x) + 1) overflows to inf (and gives 0 for the tail).
+    ORT: core/providers/cpu/activation/activations.h (Softplus)."""
+
+    def _run(self, X):  # noqa: N803 (ONNX's name)
+        if X.dtype.kind != "f" or is_custom_dtype(X.dtype):
+            return super()._run(X)
+        with np.errstate(over="ignore"):
+            y = np.where(X > 0, X + np.log1p(np.exp(-np.abs(X))), np.log1p(np.exp(np.minimum(X, 0))))
+        return (y.astype(X.dtype),)
+
+
+@override_reference_op("CumSum", 11, 10 ** 6)
+class OrtCumSum(load_op("", "CumSum", 14)):
+    """CumSum in the input's own type, as ORT; numpy's cumsum of int32 gives int64 (the platform integer), which
+    the engine refused as a wrong output type. ORT: core/providers/cpu/math/cumsum.cc."""
+
+    def _run(self, x, *axis, **attributes):
+        return tuple(np.asarray(y).astype(x.dtype, copy=False) for y in super()._run(x, *axis, **attributes))
