@@ -164,6 +164,9 @@ class InferenceSession:
         self.state = SessionState(self.graph, self.assignment, self.providers, kernel_infos, order, self.log,
                                   self._planning_graph.types, self.options.enable_mem_reuse)
         self.executor = SequentialExecutor(self.state, self.log, self.profiler)
+        # what every run checks its feeds against, worked out once (ORT: SessionState's feed names)
+        self._feed_names = [n for n in self.graph.inputs if n not in self.graph.initializers]
+        self._input_set = set(self.graph.inputs)
         self._patterns = {}  # feed shapes -> MemoryPattern (ORT: SessionState's mem_patterns_ cache)
         if optimized_path is not None:
             try:
@@ -373,14 +376,13 @@ class InferenceSession:
     def _check_feeds(self, input_feed):
         if not isinstance(input_feed, dict):
             raise InvalidArgument(f"input_feed must be a dict {{input name: array}}, not {type(input_feed).__name__}")
-        graph, state = self.graph, self.state
-        required = [a.name for a in self.get_inputs()]
+        state, required = self.state, self._feed_names
         missing = [n for n in required if n not in input_feed]
         if missing:
             raise InvalidArgument(f"Required inputs ({missing}) are missing from input feed ({list(input_feed)}).")
         feeds = {}
         for name, value in input_feed.items():
-            if name not in graph.inputs:
+            if name not in self._input_set:
                 raise InvalidArgument(f"Invalid input name: {name} (the model's inputs: {required})")
             array = self._check_feed(name, value)
             array = EMPTY_OPTIONAL if array is None else array
