@@ -110,11 +110,12 @@ def _sleep_forever():
 
 
 def _pid_alive(pid):
+    """True while the process runs (a zombie, dead but not yet reaped, counts as gone)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
         return False
-    return True
 
 
 def test_a_hanging_child_is_stopped_at_its_timeout(monkeypatch):
@@ -168,3 +169,57 @@ def test_a_memory_block_ort_cannot_run_is_skipped_with_its_reason():
     report = cmp.compare(gather(1 << 16), dims={"n": 8})
     memory = {r.check: r for r in report.rows}["memory block"]
     assert memory.status == cmp.SKIPPED and "ORT cannot run" in memory.detail, memory.detail
+
+
+def test_the_child_dies_with_its_parent():
+    """The parent killed outright (SIGKILL: no atexit, no multiprocessing cleanup): its ORT child goes too."""
+    code = ("import time\nfrom ortlab.compare import ort_child\n"
+            "ort_child._started = lambda pid: print(pid, flush=True)\n"
+            "ort_child.in_child('sleeping', time.sleep, 600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        assert _pid_alive(child)
+    finally:
+        parent.kill()
+        parent.wait(timeout=60)
+        parent.stdout.close()
+    deadline = time.monotonic() + 20
+    while _pid_alive(child) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _pid_alive(child)
+
+
+def counting_loop(trips):
+    """A Loop adding 1, `trips` times: ORT runs 300,000 trips in well under a second, ortlab's engine (Python)
+    takes about ten; 10**12 trips never end on either side."""
+    body = helper.make_graph([helper.make_node("Identity", ["cond"], ["cond_out"]),
+                              helper.make_node("Add", ["acc", "one"], ["acc_out"])], "body",
+                             [vi("i", I64, []), vi("cond", onnx.TensorProto.BOOL, []),
+                              vi("acc", onnx.TensorProto.FLOAT, [1])],
+                             [vi("cond_out", onnx.TensorProto.BOOL, []), vi("acc_out", onnx.TensorProto.FLOAT, [1])])
+    inits = [numpy_helper.from_array(np.array(trips, np.int64), "n"),
+             numpy_helper.from_array(np.ones(1, np.float32), "one")]
+    return _model([helper.make_node("Loop", ["n", "", "X"], ["Y"], body=body)], [vi("X", onnx.TensorProto.FLOAT, [1])],
+                  [vi("Y", onnx.TensorProto.FLOAT, [1])], inits)
+
+
+def test_ort_running_forever_is_stopped_at_the_timeout(tmp_path):
+    onnx.save(counting_loop(10**12), str(tmp_path / "forever.onnx"))
+    start = time.monotonic()
+    err = _one_line_exit_2(_cli(tmp_path / "forever.onnx", "--timeout", "5"))
+    assert time.monotonic() - start < 90
+    assert "did not finish running the model" in err and "within 5 s" in err and "--timeout" in err
+
+
+def test_the_engine_running_too_long_is_stopped_and_named():
+    report = cmp.compare(counting_loop(300_000), timeout=4)
+    engine = {r.check: r for r in report.rows}["engine outputs"]
+    assert engine.status == cmp.DIFFER and "ortlab's engine did not finish" in engine.detail, engine.detail
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_a_timeout_that_is_not_a_positive_number_is_bad_input(value, capsys):
+    assert cmp.main(["any.onnx", "--timeout", value]) == 2
+    err = capsys.readouterr().err
+    assert "--timeout" in err and len(err.strip().splitlines()) == 1, err

@@ -13,7 +13,8 @@ division by zero) or hangs ends the comparison with a message, not the caller's 
 generated (ortlab.compare.feeds) after the options are checked against the model: a --dim names one of
 its dynamic dimensions, the feeds fit in memory, the seed is numpy's.
 
-    python -m ortlab compare MODEL.onnx [--loss NAME --x NAMES] [--dim NAME=N ...] [--seed N] [--json FILE]
+    python -m ortlab compare MODEL.onnx [--loss NAME --x NAMES] [--dim NAME=N ...] [--seed N] [--timeout S]
+        [--json FILE]
 
 Exit code: 0 when every check agrees (or is skipped, with its reason), 1 on any disagreement, 2 on
 bad input (one line on stderr), ORT dying or hanging included.
@@ -111,14 +112,23 @@ def given_feeds(model, feeds):
 
 # --- all of it -----------------------------------------------------------------------------------
 
-def compare(model, loss=None, x=None, feeds=None, dims=None, seed=0):
+def compare(model, loss=None, x=None, feeds=None, dims=None, seed=0, timeout=None):
     """Every check of `model` (a ModelProto or a .onnx path) through ortlab and ORT; a Report.
 
     loss, x: a graph output and the initializers (a list, or one comma-separated str) to differentiate;
     without them the gradient check is skipped. feeds: {input: array} (generated, seeded, when None);
     dims: {dynamic dimension: size} for the generated feeds, each one of the model's dim_params (or
-    'input[axis]' for a dynamic dimension without a name). ORT dying or hanging raises OrtDied.
+    'input[axis]' for a dynamic dimension without a name). timeout: seconds each ORT call (and the engine's
+    run) may take, 600 by default; ORT dying or running longer raises OrtDied.
     """
+    limit = ort_child.TIMEOUT_S.set(ort_child.check_timeout(timeout))
+    try:
+        return _compare(model, loss, x, feeds, dims, seed)
+    finally:
+        ort_child.TIMEOUT_S.reset(limit)
+
+
+def _compare(model, loss, x, feeds, dims, seed):
     model = load(model)
     dims, seed = check_dims(model, dims), check_seed(seed)
     loss, xs = check_gradient_names(model, loss, x)
@@ -195,6 +205,9 @@ def _parser():
     parser.add_argument("--dim", action="append",
                         help=f"NAME=N: the size of one of the model's dynamic dims (default {DEFAULT_DIM})")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated feeds (0 or more)")
+    parser.add_argument("--timeout", type=float, metavar="SECONDS",
+                        help=f"stop ORT (or the engine) after this long on one call "
+                             f"(default {ort_child.ORT_TIMEOUT_S})")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE ('-': stdout)")
     return parser
 
@@ -205,8 +218,10 @@ def main(argv):
 
     args = _parser().parse_args(argv)
     try:
+        ort_child.check_timeout(args.timeout)
         json_target = check_json_target(args.json)
-        report = compare(args.model, args.loss, args.x, dims=parse_dims(args.dim), seed=args.seed)
+        report = compare(args.model, args.loss, args.x, dims=parse_dims(args.dim), seed=args.seed,
+                         timeout=args.timeout)
     except OrtlabError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

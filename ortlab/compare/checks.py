@@ -1,6 +1,7 @@
 """compare()'s four checks, each a list of Rows: the optimized graph at each level, the gradient graphs
-and their values, the engine's outputs, the memory block. ortlab's side runs here; ORT's side runs in a
-child process (ortlab.compare.ort_child), and ORT dying there ends the whole comparison (OrtDied)."""
+and their values, the engine's outputs, the memory block. ortlab's graph rewrites run here; ORT's side runs in a
+child process (ortlab.compare.ort_child), and ORT dying there ends the whole comparison (OrtDied); the
+engine's run too, in a child of its own, so that a run that never ends is stopped (a row says so)."""
 from collections import Counter
 
 import numpy as np
@@ -15,10 +16,10 @@ ORT_LEVELS = (("basic", 1), ("extended", 2), ("all", 2))  # ORT's level, ortlab'
 FIRST_REGION = 1 << 20   # BFCArena's first region: a block that fits is never logged
 
 
-def attempt(fn, *args):
-    """fn(*args), or the OrtlabError it raised; ORT dying in its child (OrtDied) is raised on."""
+def attempt(fn, *args, **kwargs):
+    """fn(*args, **kwargs), or the OrtlabError it raised; ORT dying in its child (OrtDied) is raised on."""
     try:
-        return fn(*args)
+        return fn(*args, **kwargs)
     except OrtDied:
         raise
     except OrtlabError as exc:
@@ -123,7 +124,7 @@ def _gradient_row(check, name, a, b):
 def engine_rows(model, feeds):
     """ortlab.engine.InferenceSession's outputs next to ORT's InferenceSession's, same feeds."""
     theirs = attempt(in_child, _running(feeds), ort_child.run_model, model, feeds)
-    ours = attempt(_engine_run, model, feeds)
+    ours = attempt(in_child, _running(feeds), _engine_run, model, feeds, who="ortlab's engine")
     if isinstance(theirs, Exception) and isinstance(ours, Exception):
         return [Row("engine outputs", AGREE, f"both refuse these feeds: ortlab: {why(ours)} | ORT: {why(theirs)}")]
     if isinstance(theirs, Exception):

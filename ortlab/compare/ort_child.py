@@ -6,6 +6,8 @@ what ORT was doing. An error ORT raises on purpose (a SessionError...) comes bac
 The child is forked: it starts in milliseconds, with the model and feeds already in its memory, and runs
 nothing of the caller's script again (as a spawned child would)."""
 import faulthandler
+import contextvars
+import math
 import multiprocessing
 import os
 import re
@@ -21,6 +23,8 @@ from ortlab.compare.report import CompareError
 from ortlab.errors import OrtlabError
 
 ORT_TIMEOUT_S = 600      # one ORT call (load, optimize, build gradients, run): then the child is stopped
+TIMEOUT_S = contextvars.ContextVar("ortlab_compare_timeout_s", default=ORT_TIMEOUT_S)  # compare(timeout=...)
+WHO = "ORT 1.19.2"
 SIGNALS = {"SIGFPE": "an arithmetic trap: an integer division or remainder by zero, or the smallest integer "
                      "divided by -1",
            "SIGSEGV": "a memory fault inside ORT", "SIGBUS": "a memory fault inside ORT",
@@ -32,29 +36,44 @@ class OrtDied(CompareError):
     """ORT's child process died (a signal, an exit) or did not finish in time: nothing to compare with."""
 
 
+class EngineStopped(CompareError):
+    """ortlab's engine, run in a child like ORT, died or did not finish in time: a row says so."""
+
+
+def check_timeout(seconds):
+    """A time limit per call: a finite number of seconds above 0 (None: ORT_TIMEOUT_S)."""
+    if seconds is None:
+        return ORT_TIMEOUT_S
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+            or seconds <= 0:
+        raise CompareError(f"the timeout (--timeout SECONDS) must be a number of seconds above 0, got {seconds!r}")
+    return seconds
+
+
 def _started(pid):
     """Called with each child's pid as it starts (a hook for tests that check the child is gone)."""
 
 
-def in_child(what, fn, *args, timeout=None):
+def in_child(what, fn, *args, timeout=None, who=WHO):
     """fn(*args) in a forked child; its result (pickled back), or the OrtlabError it raised, raised here.
 
-    `what` says what the call does ("running the model on ...") for OrtDied's message."""
-    timeout = ORT_TIMEOUT_S if timeout is None else timeout
+    `what` says what the call does ("running the model on ...") for the message when the child dies or
+    outlives `timeout` (compare's, TIMEOUT_S, by default): OrtDied when `who` is ORT, else EngineStopped."""
+    timeout = TIMEOUT_S.get() if timeout is None else timeout
     _preload()
     ctx = multiprocessing.get_context("fork")
     receive, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_serve, args=(send, fn, args), daemon=True)
+    child = ctx.Process(target=_serve, args=(send, fn, args, os.getpid()), daemon=True)
     child.start()
     _started(child.pid)
     send.close()  # the child holds the only sending end: its death is an end of file here
     try:
-        kind, payload = _receive(receive, child, what, timeout)
+        kind, payload = _receive(receive, child, f"{who} ", what, timeout)
     finally:
         receive.close()
         _stop(child)
     if kind == "error":
-        raise RuntimeError(f"ORT's side of compare failed while {what}:\n{payload}")
+        raise RuntimeError(f"{who}'s side of compare failed while {what}:\n{payload}")
     if kind == "refused":
         raise _remade(*payload)
     return payload
@@ -68,10 +87,11 @@ def _preload():
     import ortlab.walkthroughs.memory_recompute  # noqa: F401
 
 
-def _serve(send, fn, args):
+def _serve(send, fn, args, parent):
     """The child: run fn, send ("ok", result), ("refused", the OrtlabError) or ("error", a traceback).
     Python's faulthandler (pytest's, or PYTHONFAULTHANDLER) is off here: the parent reports the death."""
     faulthandler.disable()
+    _die_with_parent(parent)
     _quiet_stderr()
     try:
         message = ("ok", fn(*args))
@@ -84,6 +104,19 @@ def _serve(send, fn, args):
     except Exception:  # noqa: BLE001 - a result or error that does not pickle
         send.send(("error", traceback.format_exc()))
     send.close()
+
+
+def _die_with_parent(parent):
+    """The child is killed when the parent dies (Linux's PR_SET_PDEATHSIG), even by a signal that leaves
+    multiprocessing no time to stop its daemons: no ORT run outlives the compare that started it."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's timeout and exit still stop the child
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 def _quiet_stderr():
@@ -103,16 +136,18 @@ def _remade(cls, message):
         return CompareError(message)
 
 
-def _receive(receive, child, what, timeout):
+def _receive(receive, child, who, what, timeout):
+    died = OrtDied if who.startswith(WHO) else EngineStopped
     if not receive.poll(timeout):
         child.kill()
-        raise OrtDied(f"ORT 1.19.2 did not finish {what} within {timeout:g} s, so it was stopped: "
-                      "give the dynamic dimensions smaller sizes (--dim NAME=N), or compare a smaller model")
+        raise died(f"{who}did not finish {what} within {timeout:g} s, so it was stopped: give the dynamic "
+                   "dimensions smaller sizes (--dim NAME=N), compare a smaller model, or allow more time "
+                   "(--timeout SECONDS)")
     try:
         return receive.recv()
     except (EOFError, OSError):
         child.join(30)
-        raise OrtDied(f"ORT 1.19.2 {_death(child.exitcode)} while {what}: nothing to compare with") from None
+        raise died(f"{who}{_death(child.exitcode)} while {what}: nothing to compare with") from None
 
 
 def _death(code):
