@@ -309,3 +309,27 @@ def test_lrn_of_a_3d_input_is_refused_as_ort():
     x = RNG.standard_normal((2, 5, 3)).astype(np.float32)
     m = model([h.make_node("LRN", ["x"], ["y"], size=3)], {"x": x}, opset=13)
     same_or_both_refuse(m, {"x": x})
+
+
+@pytest.mark.parametrize("op, opset, attributes, inputs", [
+    ("Add", 6, {"broadcast": 1, "axis": 0}, 2), ("Mul", 1, {"broadcast": 1, "axis": 0}, 2), ("Add", 6, {}, 2),
+    ("Gemm", 6, {}, 3), ("PRelu", 6, {}, 2), ("Relu", 5, {}, 1), ("Sum", 5, {}, 2), ("Exp", 1, {}, 1)])
+def test_a_node_form_ort_has_no_cpu_kernel_for_is_refused_as_ort(op, opset, attributes, inputs):
+    """Add(broadcast=1, axis=0) of [2, 2] and [2] would add along the first axis by its opset's rule; onnx.reference
+    added along the last, silently. ORT registers no kernel for these forms; neither does the engine."""
+    a = np.arange(4, dtype=np.float32).reshape(2, 2) + 1
+    feeds = dict(zip(["a", "b", "c"], [a, a[0].copy() if attributes else a, a][:inputs]))
+    m = model([h.make_node(op, list(feeds), ["y"], **attributes)], feeds, opset=opset)
+    with pytest.raises(Exception, match="NOT_IMPLEMENTED"):
+        ort_run(m, feeds)
+    with pytest.raises(OrtlabError, match=rf"no kernel for {op}\("):
+        InferenceSession(m)
+
+
+@pytest.mark.parametrize("op", ["Sum", "Max", "Min", "Mean"])
+@pytest.mark.parametrize("opset, same", [(6, True), (7, False), (8, False)])
+def test_variadic_ops_broadcast_from_opset_8_only_as_ort(op, opset, same):
+    a = np.arange(4, dtype=np.float32).reshape(2, 2)
+    feeds = {"a": a, "b": (a * 2 if same else a[0] * 2)}
+    m = model([h.make_node(op, ["a", "b"], ["y"])], feeds, opset=opset)
+    same_or_both_refuse(m, feeds)

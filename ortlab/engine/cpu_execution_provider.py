@@ -148,6 +148,9 @@ class CPUExecutionProvider(ExecutionProvider):
     device = OrtDevice("CPU", 0, "host memory")
 
     def find_kernel(self, node, dtypes=()):
+        missing = ort_lacks_kernel(node)
+        if missing:
+            return None, missing
         if has_function_body(node) and ((node.domain, node.op_type) in FUNCTION_BODIES or _input_types_known(node)):
             return None, "ORT's CPU EP has no kernel for it: the partitioner inlines its function body"
         found, why = self.kernel_registry().find(node, dtypes)  # (an ONNX function whose input types are
@@ -158,6 +161,30 @@ class CPUExecutionProvider(ExecutionProvider):
             return None, "neither a registered kernel nor an onnx.reference implementation"
         kernel_def = dataclasses.replace(ort_declaration(node), provider=CPU)
         return KernelCreateInfo(kernel_def, ReferenceKernel), None
+
+
+# ORT 1.19.2's CPU EP registers these ai.onnx ops from this opset on only: their older forms (consumed_inputs
+# before 6; the broadcast and axis attributes of the binary ops, and Gemm's, PRelu's and BatchNormalization's
+# older forms, before 7) have no kernel, and ORT refuses the node (NOT_IMPLEMENTED) when it creates the session.
+# onnx.reference runs them with the newest rule (Add(broadcast=1, axis=0) broadcast along the last axis).
+# ORT: onnxruntime/core/providers/cpu/cpu_execution_provider.cc (the ONNX_CPU_OPERATOR_VERSIONED_KERNEL lists).
+ORT_CPU_KERNELS_FROM = {
+    **{op: 6 for op in ("Abs", "Ceil", "Elu", "Exp", "Floor", "HardSigmoid", "LeakyRelu", "Log", "Max", "Mean",
+                        "Min", "Neg", "Reciprocal", "Relu", "Selu", "Sigmoid", "Sqrt", "Sum", "Tanh")},
+    **{op: 7 for op in ("Add", "Sub", "Mul", "Div", "Pow", "Greater", "Less", "And", "Or", "Xor", "PRelu", "Gemm",
+                        "BatchNormalization")},
+}
+
+
+def ort_lacks_kernel(node):
+    """Why ORT's CPU EP has no kernel for `node` at its opset (ORT_CPU_KERNELS_FROM), or None."""
+    first = ORT_CPU_KERNELS_FROM.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+    version = node.since_version if first else None
+    if version is None or version >= first:
+        return None
+    return (f"ORT 1.19.2's CPU EP has no kernel for {node.op_type}({version}), the form before opset {first} "
+            f"(ORT: 'Could not find an implementation for {node.op_type}({version}) node'); import opset {first} "
+            "or later, where the node means what ONNX says today")
 
 
 def _input_types_known(node):

@@ -402,3 +402,25 @@ class OrtLRN(OpRun):
 
 
 override_reference_op("LRN", 1, LAST)(OrtLRN)
+
+
+# --- Sum, Max, Min, Mean at opsets 6 and 7 ----------------------------------------------------
+def _same_shape_variadic(op):
+    """onnx.reference's `op` at opsets 6 and 7, where every input must have one shape (broadcasting comes at
+    opset 8): ORT refuses other shapes; the reference broadcasts them silently.
+    ORT: onnxruntime/core/providers/cpu/math/element_wise_ops.cc (Sum_6, Max_6, Min_6, Mean_6)."""
+    base = load_op("", op, 6)
+
+    def _run(self, *data, **attributes):
+        shapes = [list(np.shape(d)) for d in data]
+        if any(s != shapes[0] for s in shapes):
+            raise KernelFailure(f"{op} before opset 8 takes inputs of one shape, got {shapes}; ORT 1.19.2 refuses "
+                                "them. Give every input the same shape, or import opset 8 or later to broadcast")
+        return base._run(self, *data, **attributes)
+
+    return type(f"SameShape{op}", (base,), {"_run": _run, "__doc__": _same_shape_variadic.__doc__,
+                                            "__module__": __name__, "op_schema": get_schema(op, 6)})
+
+
+for _op in ("Sum", "Max", "Min", "Mean"):
+    override_reference_op(_op, 6, 7)(_same_shape_variadic(_op))
