@@ -85,7 +85,7 @@ def feed_specs(model, dims):
         size = int(np.prod(shape, dtype=object)) * max(dtype.itemsize, 1)
         total += size
         if size > MAX_FEED_BYTES or total > MAX_FEED_BYTES:
-            raise CompareError(_too_big(vi.name, dtype, shape, size, total))
+            raise CompareError(_too_big(vi, dtype, shape, size, total))
         specs.append((vi.name, shape, dtype))
     return specs, chosen
 
@@ -118,7 +118,13 @@ def _dtype(vi):
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem))
 
 
-def _too_big(name, dtype, shape, size, total):
+def _too_big(vi, dtype, shape, size, total):
+    name = vi.name
+    fixed = all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)
+    if size > MAX_FEED_BYTES and fixed:
+        return (f"input {name!r} {dtype}{shape} would take {size:,} bytes; compare() generates at most "
+                f"{MAX_FEED_BYTES:,} bytes of feeds, and this shape is fixed in the model: compare a smaller "
+                "model (or one whose large dimensions are dynamic)")
     if size > MAX_FEED_BYTES:
         return (f"input {name!r} {dtype}{shape} would take {size:,} bytes; compare() generates at most "
                 f"{MAX_FEED_BYTES:,} bytes of feeds: give its dynamic dimensions smaller sizes (--dim NAME=N)")
