@@ -10,7 +10,13 @@ from ortlab.compare import ort_child
 from ortlab.compare.feeds import describe_feeds
 from ortlab.compare.ort_child import OrtDied, in_child
 from ortlab.compare.report import AGREE, DIFFER, INFO, SKIPPED, Row, max_diff, why
+from ortlab.engine import InferenceSession
 from ortlab.errors import OrtlabError
+from ortlab.gradients.added_nodes import gradient_nodes
+from ortlab.gradients.graph_builder import build_gradient_graph
+from ortlab.memory import plan
+from ortlab.onnx_defs import op_counts
+from ortlab.transformers.manager import GraphTransformerManager
 
 ORT_LEVELS = (("basic", 1), ("extended", 2), ("all", 2))  # ORT's level, ortlab's closest one
 FIRST_REGION = 1 << 20   # BFCArena's first region: a block that fits is never logged
@@ -35,7 +41,6 @@ def _running(feeds):
 def ortlab_optimized(model, level):
     """ortlab's optimized graph at `level` (1, 2), the rules and transformers that fired, and the
     reasons its rules declined ({reason: count}, last step)."""
-    from ortlab.transformers.manager import GraphTransformerManager
 
     manager = GraphTransformerManager.from_registry(level, providers=["CPUExecutionProvider"])
     optimized = manager.optimize(model)
@@ -44,9 +49,6 @@ def ortlab_optimized(model, level):
     return optimized, fired, declined
 
 
-def _op_counts(model):
-    from ortlab.walkthroughs.graph_transformers import op_counts
-    return op_counts(model)
 
 
 def graph_rows(model):
@@ -69,7 +71,7 @@ def graph_rows(model):
 
 def _graph_row(check, ours, theirs):
     (ours, our_fired, declined), (theirs, ort_fired) = ours, theirs
-    a, b = _op_counts(ours), _op_counts(theirs)
+    a, b = op_counts(ours), op_counts(theirs)
     diff = [f"{op} {a.get(op, 0)} vs {b.get(op, 0)}" for op in sorted(set(a) | set(b))
             if a.get(op, 0) != b.get(op, 0)]
     detail = [f"same op counts ({len(ours.graph.node)} nodes)" if not diff else
@@ -87,8 +89,6 @@ def _graph_row(check, ours, theirs):
 def gradient_rows(model, loss, xs, feeds):
     """ortlab's gradient graph next to ORT's: gradient node counts, then max |difference| per x when ORT
     runs both on the same feeds."""
-    from ortlab.gradients.graph_builder import build_gradient_graph
-    from ortlab.walkthroughs.per_op_gradients import gradient_nodes
 
     check = f"gradients of {loss}"
     theirs = attempt(in_child, "building the gradient graph", ort_child.ort_gradient_graph, model, xs, loss)
@@ -140,7 +140,6 @@ def engine_rows(model, feeds):
 
 
 def _engine_run(model, feeds):
-    from ortlab.engine import InferenceSession
 
     session = InferenceSession(model)
     names = [o.name for o in model.graph.output]
@@ -151,7 +150,6 @@ def _engine_run(model, feeds):
 
 def memory_rows(model, feeds):
     """ortlab.memory.plan's memory-pattern block next to the one ORT logs requesting on its first run."""
-    from ortlab.memory import plan
 
     check = "memory block"
     try:

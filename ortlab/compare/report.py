@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ortlab.errors import OrtlabError
+from ortlab.viz import Table
 
 AGREE, DIFFER, SKIPPED, INFO = "agree", "DIFFER", "skipped", "info"
 TOLERANCE = 1e-4         # |a - b| <= TOLERANCE * (1 + |b|): float32 reordering, not a wrong result
@@ -37,17 +38,14 @@ class Report:
         return 1 if any(r.status == DIFFER for r in self.rows) else 0
 
     def table(self):
-        from ortlab.viz import Table
         return Table(("check", "status", "detail"), [(r.check, r.status, r.detail) for r in self.rows])
 
     def statuses(self):
         """The checks and their status only: what stays the same on every machine (no float values)."""
-        from ortlab.viz import Table
         return Table(("check", "status"), [(r.check, r.status) for r in self.rows])
 
     def differences(self):
         """The rows that differ, with how (a Table; empty when ortlab and ORT agree everywhere)."""
-        from ortlab.viz import Table
         return Table(("check", "how they differ"), [(r.check, r.detail) for r in self.rows if r.status == DIFFER])
 
     def to_json(self):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import helper, numpy_helper
 
-from ortlab.ir import Graph
+from ortlab.gradients.added_nodes import gradient_nodes  # noqa: F401 (the notebooks read it here)
 from ortlab.onnx_defs import DEFAULT_OPSET, domain_of, make_model, node_op_name, op_name
 from ortlab.viz import Table
 
@@ -54,21 +54,6 @@ def op_model(op_type, inputs, constants=(), attributes=None, domain="", outputs=
         [numpy_helper.from_array(present[n], n) for n in constants] + [numpy_helper.from_array(r, "R")])
     model = make_model(graph, opset, domains=(domain_of(domain),) if domain_of(domain) else ())
     return OpModel(model, {n: present[n] for n in xs}, xs, r)
-
-
-def gradient_nodes(gradient_model, forward_model, of=None):
-    """The nodes a gradient builder added: those of `gradient_model` that are not forward nodes
-    (same name, or a first output that a forward node produces), only those of forward node `of`
-    when given (both ORT and ortlab name a builder's nodes '<forward node>_Grad/...').
-    NodeProtos of `gradient_model`, in its order."""
-    forward, gradient = Graph.from_model(forward_model), Graph.from_model(gradient_model)
-    names = {n.name for n in forward.nodes() if n.name}
-    added = [n for n in gradient.nodes() if n.name not in names and not _computes_a_value_of(forward, n)]
-    return [gradient_model.graph.node[n.index] for n in added if of is None or n.name.startswith(f"{of}_Grad/")]
-
-
-def _computes_a_value_of(forward, node):
-    return bool(node.outputs) and forward.producer(node.outputs[0].name) is not None
 
 
 def _describe(node):
