@@ -224,3 +224,13 @@ def test_sequence_at_of_an_empty_sequence_is_refused_as_ort():
     nodes = [h.make_node("SequenceEmpty", [], ["s"]), h.make_node("SequenceAt", ["s", "i"], ["y"])]
     m = model(nodes, {}, inputs=[h.make_tensor_value_info("i", T.INT64, [])])
     assert assert_as_ort(m, {"i": np.array(0, np.int64)}, ("sequence of 0",)) == "refused"
+
+
+@pytest.mark.parametrize("with_index", [False, True])
+def test_sequence_erase_of_an_empty_sequence_is_refused_as_ort(with_index):
+    nodes = [h.make_node("SequenceEmpty", [], ["s"]),
+             h.make_node("SequenceErase", ["s", "i"] if with_index else ["s"], ["s2"]),
+             h.make_node("SequenceLength", ["s2"], ["n"]), h.make_node("Cast", ["n"], ["y"], to=T.FLOAT)]
+    m = model(nodes, {}, inputs=[h.make_tensor_value_info("i", T.INT64, [])] if with_index else [])
+    feeds = {"i": np.array(0, np.int64)} if with_index else {}
+    assert assert_as_ort(m, feeds, ("empty sequence",)) == "refused"

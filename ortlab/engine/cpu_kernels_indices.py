@@ -144,6 +144,10 @@ class OrtSequenceErase(load_op("", "SequenceErase", 11)):
     ORT: onnxruntime/core/providers/cpu/sequence/sequence_ops.cc (SequenceErase)."""
 
     def _run(self, seq, index=None):
+        if not seq:
+            raise KernelFailure("SequenceErase of an empty sequence: there is nothing to erase; ORT 1.19.2 fails on "
+                                "it (a SafeInt overflow). Check SequenceLength first, or erase only from a non-empty "
+                                "sequence")
         at = len(seq) - 1 if index is None else sequence_position("SequenceErase", index, len(seq))
         return (seq[:at] + seq[at + 1:],)
 
