@@ -333,3 +333,10 @@ def test_variadic_ops_broadcast_from_opset_8_only_as_ort(op, opset, same):
     feeds = {"a": a, "b": (a * 2 if same else a[0] * 2)}
     m = model([h.make_node(op, ["a", "b"], ["y"])], feeds, opset=opset)
     same_or_both_refuse(m, feeds)
+
+
+@pytest.mark.parametrize("opset", [1, 4])
+@pytest.mark.parametrize("shape", [[6], [3, -1], [0, 3], [2, 0, 1], [-1], [4, -1], [5], [-1, -1]])
+def test_reshape_before_opset_5_takes_its_shape_attribute_as_ort(opset, shape):
+    feeds = {"x": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    same_or_both_refuse(model([h.make_node("Reshape", ["x"], ["y"], shape=shape)], feeds, opset=opset), feeds)

@@ -424,3 +424,31 @@ def _same_shape_variadic(op):
 
 for _op in ("Sum", "Max", "Min", "Mean"):
     override_reference_op(_op, 6, 7)(_same_shape_variadic(_op))
+
+
+# --- Reshape before opset 5 -------------------------------------------------------------------
+class AttributeReshape(OpRun):
+    """Reshape-1: the target shape is the `shape` attribute (an input from opset 5 on); 0 copies the input's
+    dimension, -1 is inferred. onnx.reference has no Reshape-1. ORT: onnxruntime/core/providers/cpu/tensor/
+    reshape.h (Reshape_1), through ReshapeHelper."""
+
+    op_schema = get_schema("Reshape", 1)
+
+    def _run(self, x, shape=None, **_):
+        if shape is None:
+            raise KernelFailure("Reshape-1: the node has no 'shape' attribute; give the target shape there")
+        wanted = [x.shape[i] if d == 0 and i < x.ndim else int(d) for i, d in enumerate(shape)]
+        if wanted.count(-1) > 1 or any(d < -1 for d in wanted):
+            raise KernelFailure(f"Reshape-1: shape {list(shape)} has more than one -1 or a dimension below -1")
+        known = int(np.prod([d for d in wanted if d != -1], dtype=np.int64))
+        if -1 in wanted:
+            if known == 0 or x.size % known:
+                raise KernelFailure(f"Reshape-1: the input's {x.size} elements cannot fill shape {list(shape)}")
+            wanted[wanted.index(-1)] = x.size // known
+        if int(np.prod(wanted, dtype=np.int64)) != x.size:
+            raise KernelFailure(f"Reshape-1: the input has {x.size} elements, shape {list(shape)} needs "
+                                f"{int(np.prod(wanted, dtype=np.int64))}")
+        return (x.reshape(wanted),)
+
+
+override_reference_op("Reshape", 1, 4)(AttributeReshape)

@@ -87,6 +87,8 @@ class NoopReshapeElimination(_Bypass):
     renames_graph_output = True  # ortlab's own rule: as EliminateIdentity
 
     def is_noop(self, graph, node):
+        if len(node.input_names) < 2:
+            return "Reshape before opset 5 takes its shape as an attribute, not an input"
         dims = gu.shape(graph, node.input_names[0])
         target = gu.constant(graph, node.input_names[1])
         if dims is None or not all(isinstance(d, int) for d in dims):
