@@ -164,8 +164,8 @@ POWER_OF_TWO_TREE = LN.replace("for (int half = width / 2;", "for (int half = bl
      "for 4 row(s) of 300 with 128 threads per block: no bounds check: thread (44, 0, 0) of block (0, 0, 0): "
      "scale[300] is out of bounds (scale has 300 elements)"),
     (LN.replace("__shared__ float buffer[1024];", "__shared__ float buffer[128];"),
-     "with 256 threads per block (a shape the notebook does not show): the kernel crashed the CPU runner: an "
-     "access outside an array the runner cannot check"),
+     "with 256 threads per block (a shape the notebook does not show): an index past a fixed-size array: "
+     "thread (128, 0, 0) of block (0, 0, 0): buffer[128] is out of bounds for type __shared__ buffer"),
     (LN.replace("  const float mean_g = block_sum",
                 "  if (threadIdx.x >= cols) return;\n  const float mean_g = block_sum"),
      "for 1 row(s) of 33 with 128 threads per block (a shape the notebook does not show): a __syncthreads() that "

@@ -3,23 +3,33 @@
 // A block's threads are coroutines (one stack each, started by POSIX ucontext, switched by
 // _setjmp/_longjmp) that the scheduler resumes in a fixed order; each runs until it reaches
 // __syncthreads() or a warp operation, or returns, so the schedule between two barriers is
-// deterministic (thread 0 first, or the reverse order). Blocks run one after another.
+// deterministic (thread 0 first, or the reverse order). Blocks run one after another (the reverse
+// schedule runs them last to first too).
 // Pointer parameters become ortlab_cpu::ptr<T>, which checks every index against its array's size;
 // fixed-size arrays (__shared__ and local) are checked by GCC's -fsanitize=bounds, whose handler is
-// defined below. A failure stops the launch and is reported with the thread and block.
+// defined below. Every other load and store of the kernel is seen by cpu_checks.h (compiled with
+// -fsanitize=thread, whose callbacks it defines): accesses through derived pointers, races inside a
+// warp, lock-step warps. A failure stops the launch and is reported with the thread and block.
+// The runtime's own functions are ORTLAB_RT: not instrumented.
 #pragma once
 #include <cmath>
 #include <math.h>  // expf, sqrtf, fmaxf... in the global namespace, as CUDA has them
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <type_traits>
 #include <vector>
+#include <dlfcn.h>
 #include <setjmp.h>
+#include <sys/mman.h>
 #include <ucontext.h>
+
+#define ORTLAB_RT __attribute__((no_sanitize("thread")))
 
 #define __global__
 #define __device__
@@ -27,7 +37,8 @@
 #define __forceinline__ inline
 #define __noinline__
 #define __launch_bounds__(...)
-#define __shared__ static
+// static shared arrays live in one section, so that their accesses can be told apart
+#define __shared__ static __attribute__((section("ortlab_shared")))
 
 struct uint3 { unsigned x, y, z; };
 struct dim3 {
@@ -41,7 +52,7 @@ constexpr int warpSize = 32;
 
 namespace ortlab_cpu {
 
-enum State { READY, AT_BARRIER, AT_WARP, DONE };
+enum State { READY, AT_BARRIER, AT_WARP, AT_STEP, DONE };
 enum WarpOp { SHFL, SHFL_UP, SHFL_DOWN, SHFL_XOR, SYNCWARP, BALLOT };
 constexpr const char* kWarpOpNames[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
                                         "__shfl_xor_sync", "__syncwarp", "__ballot_sync"};
@@ -59,13 +70,15 @@ struct Launch {
   std::function<void()> body;
   int current = 0;
   bool failed = false;
-  char error[512] = {0};
-  std::vector<char> dynamic_shared;
+  char error[1024] = {0};
+  int reverse = 0, lockstep = 0;
   // a warp operation: what each thread brought to it, and what it takes away
   struct WarpCall { WarpOp op; unsigned mask; unsigned long long value; int arg, width; unsigned seq; };
   std::vector<WarpCall> warp_calls;
   std::vector<unsigned long long> warp_results;
   std::vector<unsigned> warp_seq;  // how many warp operations each thread has reached in this block
+  std::vector<unsigned> warp_stamp;  // each warp's synchronization epoch (cpu_checks.h)
+  unsigned stamps = 0;
 };
 
 inline Launch* launch_state = nullptr;
@@ -73,13 +86,13 @@ inline Launch* launch_state = nullptr;
 // Switch from the current thread back to the scheduler; returns when the scheduler resumes it.
 // ucontext starts a thread on its own stack; every later switch is _setjmp/_longjmp, which unlike
 // swapcontext saves no signal mask, so a switch costs no system call.
-inline void yield_to_scheduler() {
+ORTLAB_RT inline void yield_to_scheduler() {
   Launch& L = *launch_state;
   if (!_setjmp(L.thread_jumps[L.current].env)) _longjmp(L.scheduler_jump, 1);
 }
 
 // Record the first failure and hand control back to the scheduler for good.
-inline void fail(const char* what) {
+ORTLAB_RT inline void fail(const char* what) {
   Launch& L = *launch_state;
   if (!L.failed) {
     L.failed = true;
@@ -89,7 +102,7 @@ inline void fail(const char* what) {
   yield_to_scheduler();
 }
 
-inline void syncthreads() {
+ORTLAB_RT inline void syncthreads() {
   Launch& L = *launch_state;
   L.states[L.current] = AT_BARRIER;
   yield_to_scheduler();
@@ -99,7 +112,7 @@ inline void syncthreads() {
 // reached a warp operation; the scheduler then computes every lane's result at once (so no lane
 // reads a value that a faster lane has already replaced) and resumes them.
 template <class T>
-T warp_op(WarpOp op, unsigned mask, T value, int arg, int width) {
+ORTLAB_RT T warp_op(WarpOp op, unsigned mask, T value, int arg, int width) {
   static_assert(std::is_trivially_copyable<T>::value && sizeof(T) <= 8,
                 "the CPU runner's warp operations take values of at most 8 bytes");
   Launch& L = *launch_state;
@@ -117,6 +130,7 @@ T warp_op(WarpOp op, unsigned mask, T value, int arg, int width) {
 // A pointer parameter that knows how many elements its array has.
 template <class T>
 struct ptr {
+  using element = T;
   T* base;
   std::ptrdiff_t size;
   const char* name;
@@ -141,23 +155,34 @@ struct ptr {
   ptr& operator++() { ++offset; return *this; }
   ptr& operator--() { --offset; return *this; }
   operator T*() const { return base + offset; }  // unchecked from here on (a device function's T*)
+  // (float*)x of a const float* parameter x: what const_cast gives (a write through it lands)
+  template <class U, class = std::enable_if_t<std::is_same<const U, T>::value && !std::is_same<U, T>::value>>
+  explicit operator U*() const { return const_cast<U*>(base + offset); }
 };
 
-template <class T>
-ptr<T> dynamic_shared(const char* name) {
-  Launch& L = *launch_state;
-  return {reinterpret_cast<T*>(L.dynamic_shared.data()),
-          static_cast<std::ptrdiff_t>(L.dynamic_shared.size() / sizeof(T)), name};
+// const_cast<float*>(x) of a pointer parameter x: cpu.py makes it const_cast<float*>(raw(x)).
+template <class V> struct is_ptr : std::false_type {};
+template <class T> struct is_ptr<ptr<T>> : std::true_type {};
+template <class V>
+decltype(auto) raw(V&& v) {
+  if constexpr (is_ptr<std::decay_t<V>>::value)
+    return static_cast<typename std::decay_t<V>::element*>(v);
+  else
+    return std::forward<V>(v);
 }
 
-inline void trampoline() {
+}  // namespace ortlab_cpu
+#include "cpu_checks.h"
+namespace ortlab_cpu {
+
+ORTLAB_RT inline void trampoline() {
   Launch& L = *launch_state;
   L.body();
   L.states[L.current] = DONE;
   _longjmp(L.scheduler_jump, 1);  // never returns through uc_link: the scheduler's context is stale
 }
 
-inline bool warp_fail(Launch& L, const char* what) {
+ORTLAB_RT inline bool warp_fail(Launch& L, const char* what) {
   std::snprintf(L.error, sizeof L.error, "thread (%u, %u, %u) of block (%u, %u, %u): %s", threadIdx.x, threadIdx.y,
                 threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z, what);
   L.failed = true;
@@ -166,7 +191,7 @@ inline bool warp_fail(Launch& L, const char* what) {
 
 // Complete the warp operations that all present lanes of a warp have reached: true if any was.
 // `strict`: a warp some of whose lanes wait at an operation while others cannot reach it is an error.
-inline bool release_warps(Launch& L, int n, dim3 block, bool strict) {
+ORTLAB_RT inline bool release_warps(Launch& L, int n, dim3 block, bool strict) {
   bool released = false;
   char what[400];
   for (int first = 0; first < n && !L.failed; first += 32) {
@@ -229,18 +254,83 @@ inline bool release_warps(Launch& L, int n, dim3 block, bool strict) {
       L.warp_results[t] = c.op == BALLOT ? ballot : L.warp_calls[first + src].value;
     }
     for (int t = first; t < first + lanes; ++t) L.states[t] = READY;
+    L.warp_stamp[first / 32] = ++L.stamps;  // a new epoch for the race checks
     released = true;
   }
   return released;
 }
 
-// Run `body` as every thread of every block; 0 on success, 1 with `error` filled on a failure.
-inline int run(dim3 grid, dim3 block, int reverse, std::size_t shared_bytes, std::function<void()> body,
-               char* error, int error_size) {
+// Run each ready thread of warp `first` (in schedule order) until it blocks; in lock step, again
+// while lanes wait at a memory step (each lane's next access happens after every lane's current one).
+ORTLAB_RT inline void run_warp(Launch& L, int first, int lanes, dim3 block) {
+  for (bool stepped = true; stepped && !L.failed;) {
+    for (int k = 0; k < lanes && !L.failed; ++k) {
+      int t = L.reverse ? first + lanes - 1 - k : first + k;
+      if (L.states[t] != READY) continue;
+      L.current = t;
+      threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+      if (!_setjmp(L.scheduler_jump)) {
+        if (L.started[t]) _longjmp(L.thread_jumps[t].env, 1);
+        L.started[t] = 1;
+        swapcontext(&L.scheduler, &L.contexts[t]);
+      }
+    }
+    stepped = false;
+    for (int t = first; t < first + lanes; ++t)
+      if (L.states[t] == AT_STEP) { L.states[t] = READY; stepped = true; }
+  }
+}
+
+// Run one block to its end: every thread to its next barrier, warp by warp, then the next barrier.
+ORTLAB_RT inline void run_block(Launch& L, int n, dim3 block) {
+  for (int t = 0; t < n; ++t) {
+    getcontext(&L.contexts[t]);
+    L.contexts[t].uc_stack.ss_sp = L.stacks[t].get();
+    L.contexts[t].uc_stack.ss_size = kStackBytes;
+    L.contexts[t].uc_link = &L.scheduler;
+    makecontext(&L.contexts[t], trampoline, 0);
+    L.states[t] = READY;
+    L.started[t] = 0;
+  }
+  L.warp_seq.assign(n, 0);
+  const int warps = (n + 31) / 32;
+  for (int barrier = 0; !L.failed; ++barrier) {
+    for (auto& stamp : L.warp_stamp) stamp = ++L.stamps;  // a barrier orders every warp's accesses
+    do {  // run every ready thread to its next barrier; then complete the warp operations reached
+      for (int k = 0; k < warps && !L.failed; ++k) {
+        int first = 32 * (L.reverse ? warps - 1 - k : k);
+        run_warp(L, first, n - first < 32 ? n - first : 32, block);
+      }
+    } while (!L.failed && release_warps(L, n, block, false));
+    if (!L.failed) release_warps(L, n, block, true);  // a warp still waiting can never complete
+    if (L.failed) return;
+    int done = 0, waiting = -1, finished = -1;
+    for (int t = 0; t < n; ++t) {
+      if (L.states[t] == DONE) { ++done; finished = t; }
+      else if (waiting < 0) waiting = t;
+    }
+    if (done == n) return;
+    if (done > 0) {
+      std::snprintf(L.error, sizeof L.error,
+                    "block (%u, %u, %u): thread %d returned while thread %d waits at __syncthreads() "
+                    "number %d (every thread of a block must reach each barrier)",
+                    blockIdx.x, blockIdx.y, blockIdx.z, finished, waiting, barrier + 1);
+      L.failed = true;
+      return;
+    }
+    for (int t = 0; t < n; ++t) L.states[t] = READY;
+  }
+}
+
+// Run `body` as every thread of every block on copies of the arguments (memory.h); 0 on success,
+// 1 with `error` filled on a failure.
+ORTLAB_RT inline int run(dim3 grid, dim3 block, int reverse, int lockstep, std::size_t shared_bytes,
+                         const Arguments& args, std::function<void()> body, char* error, int error_size) {
   Launch L;
   launch_state = &L;
   L.body = std::move(body);
-  L.dynamic_shared.assign(shared_bytes, 0);
+  L.reverse = reverse;
+  L.lockstep = lockstep;
   const int n = block.x * block.y * block.z;
   L.contexts.resize(n);
   L.states.resize(n);
@@ -249,56 +339,20 @@ inline int run(dim3 grid, dim3 block, int reverse, std::size_t shared_bytes, std
   L.thread_jumps.resize(n);
   L.started.resize(n);
   L.warp_results.resize(n);
+  L.warp_stamp.assign((n + 31) / 32, 0);
   for (auto& stack : L.stacks) stack.reset(new char[kStackBytes]);
   gridDim = grid;
   blockDim = block;
-  for (unsigned bz = 0; bz < grid.z && !L.failed; ++bz)
-    for (unsigned by = 0; by < grid.y && !L.failed; ++by)
-      for (unsigned bx = 0; bx < grid.x && !L.failed; ++bx) {
-        blockIdx = {bx, by, bz};
-        for (int t = 0; t < n; ++t) {
-          getcontext(&L.contexts[t]);
-          L.contexts[t].uc_stack.ss_sp = L.stacks[t].get();
-          L.contexts[t].uc_stack.ss_size = kStackBytes;
-          L.contexts[t].uc_link = &L.scheduler;
-          makecontext(&L.contexts[t], trampoline, 0);
-          L.states[t] = READY;
-          L.started[t] = 0;
-        }
-        L.warp_seq.assign(n, 0);
-        for (int barrier = 0; !L.failed; ++barrier) {
-          do {  // run every ready thread to its next barrier; then complete the warp operations reached
-            for (int k = 0; k < n && !L.failed; ++k) {
-              int t = reverse ? n - 1 - k : k;
-              if (L.states[t] != READY) continue;
-              L.current = t;
-              threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-              if (!_setjmp(L.scheduler_jump)) {
-                if (L.started[t]) _longjmp(L.thread_jumps[t].env, 1);
-                L.started[t] = 1;
-                swapcontext(&L.scheduler, &L.contexts[t]);
-              }
-            }
-          } while (!L.failed && release_warps(L, n, block, false));
-          if (!L.failed) release_warps(L, n, block, true);  // a warp still waiting can never complete
-          if (L.failed) break;
-          int done = 0, waiting = -1, finished = -1;
-          for (int t = 0; t < n; ++t) {
-            if (L.states[t] == DONE) { ++done; finished = t; }
-            else if (waiting < 0) waiting = t;
-          }
-          if (done == n) break;
-          if (done > 0) {
-            std::snprintf(L.error, sizeof L.error,
-                          "block (%u, %u, %u): thread %d returned while thread %d waits at __syncthreads() "
-                          "number %d (every thread of a block must reach each barrier)",
-                          bx, by, bz, finished, waiting, barrier + 1);
-            L.failed = true;
-            break;
-          }
-          for (int t = 0; t < n; ++t) L.states[t] = READY;
-        }
-      }
+  Memory memory(args, shared_bytes);
+  if (memory.ready(L)) {
+    const unsigned long long blocks = 1ull * grid.x * grid.y * grid.z;
+    for (unsigned long long k = 0; k < blocks && !L.failed; ++k) {
+      unsigned long long b = reverse ? blocks - 1 - k : k;
+      blockIdx = {unsigned(b % grid.x), unsigned(b / grid.x % grid.y), unsigned(b / (1ull * grid.x * grid.y))};
+      run_block(L, n, block);
+    }
+    if (!L.failed) memory.copy_back(L);
+  }
   std::snprintf(error, error_size, "%s", L.error);
   launch_state = nullptr;
   return L.failed ? 1 : 0;
@@ -310,7 +364,7 @@ struct SourceLocation { const char* file; unsigned line, column; };
 struct TypeDescriptor { unsigned short kind, info; char name[1]; };
 struct OutOfBoundsData { SourceLocation location; TypeDescriptor* array_type; TypeDescriptor* index_type; };
 
-inline void out_of_bounds(OutOfBoundsData* data, void* index) {
+ORTLAB_RT inline void out_of_bounds(OutOfBoundsData* data, void* index) {
   char what[256];
   bool is_signed = data->index_type->info & 1;
   long long value = is_signed ? (long long)(std::intptr_t)index : (long long)(std::uintptr_t)index;
@@ -322,10 +376,10 @@ inline void out_of_bounds(OutOfBoundsData* data, void* index) {
 
 }  // namespace ortlab_cpu
 
-extern "C" void __ubsan_handle_out_of_bounds(ortlab_cpu::OutOfBoundsData* d, void* i) {
+extern "C" ORTLAB_RT void __ubsan_handle_out_of_bounds(ortlab_cpu::OutOfBoundsData* d, void* i) {
   ortlab_cpu::out_of_bounds(d, i);
 }
-extern "C" void __ubsan_handle_out_of_bounds_abort(ortlab_cpu::OutOfBoundsData* d, void* i) {
+extern "C" ORTLAB_RT void __ubsan_handle_out_of_bounds_abort(ortlab_cpu::OutOfBoundsData* d, void* i) {
   ortlab_cpu::out_of_bounds(d, i);
 }
 
@@ -355,16 +409,31 @@ inline int __all_sync(unsigned mask, int predicate) {
   return b == __ballot_sync(mask, 1);
 }
 
-// Atomics: threads never run at the same time here, so a read-modify-write is atomic.
-template <class T> T atomicAdd(T* a, T v) { T old = *a; *a = old + v; return old; }
-template <class T> T atomicSub(T* a, T v) { T old = *a; *a = old - v; return old; }
-template <class T> T atomicMax(T* a, T v) { T old = *a; *a = old > v ? old : v; return old; }
-template <class T> T atomicMin(T* a, T v) { T old = *a; *a = old < v ? old : v; return old; }
-template <class T> T atomicExch(T* a, T v) { T old = *a; *a = v; return old; }
-template <class T> T atomicCAS(T* a, T compare, T v) { T old = *a; if (old == compare) *a = v; return old; }
-template <class T> T atomicAdd(ortlab_cpu::ptr<T> a, T v) { return atomicAdd(a.check(0), v); }
-template <class T> T atomicMax(ortlab_cpu::ptr<T> a, T v) { return atomicMax(a.check(0), v); }
-template <class T> T atomicMin(ortlab_cpu::ptr<T> a, T v) { return atomicMin(a.check(0), v); }
+// Atomics: threads never run at the same time here, so a read-modify-write is atomic. Each is
+// checked like any access (cpu_checks.h) but is never part of a race.
+namespace ortlab_cpu {
+template <class T, class F>
+ORTLAB_RT T atomic(T* a, void* pc, F update) {
+  atomic_access(a, sizeof(T), pc);
+  T old = *a;
+  *a = update(old);
+  return old;
+}
+}  // namespace ortlab_cpu
+#define ORTLAB_ATOMIC(name, expr)                                                                           \
+  template <class T> ORTLAB_RT T name(T* a, T v) {                                                          \
+    return ortlab_cpu::atomic(a, __builtin_return_address(0), [v](T old) { return expr; }); }               \
+  template <class T> ORTLAB_RT T name(ortlab_cpu::ptr<T> a, T v) {                                          \
+    return ortlab_cpu::atomic(a.check(0), __builtin_return_address(0), [v](T old) { return expr; }); }
+ORTLAB_ATOMIC(atomicAdd, old + v)
+ORTLAB_ATOMIC(atomicSub, old - v)
+ORTLAB_ATOMIC(atomicMax, old > v ? old : v)
+ORTLAB_ATOMIC(atomicMin, old < v ? old : v)
+ORTLAB_ATOMIC(atomicExch, v)
+#undef ORTLAB_ATOMIC
+template <class T> ORTLAB_RT T atomicCAS(T* a, T compare, T v) {
+  return ortlab_cpu::atomic(a, __builtin_return_address(0), [=](T old) { return old == compare ? v : old; });
+}
 
 // A few of CUDA's math functions that the C++ library lacks.
 inline float __expf(float x) { return std::exp(x); }
