@@ -15,8 +15,9 @@ on a CPU-only machine and read what the GPU would be handed:
     cpu_kernel(source, name)                    the same source compiled by g++ for the CPU runner
     cpu_kernels(source, names)                  several kernels of one source, one g++ build
     launch(kernel, grid, block, *args,          run it on numpy arrays, bounds-checked, deterministic,
-           shared_bytes=0)                      in a worker process stopped after `timeout` s
-    schedule_differences(kernel, grid, ...)     the arrays a race between two barriers changes (cpu.py)
+           shared_bytes=0, warps="independent") in a worker process stopped after `timeout` s
+    schedule_differences(kernel, grid, ...)     the arrays a race changes: between two barriers of a
+                                                block, or between two blocks (cpu.py)
 
 Design of the CPU runner (cpu.py, cpu_cuda.h)
 ---------------------------------------------
@@ -42,8 +43,13 @@ around `__syncthreads()`.
   inputs shows a race between two barriers as a difference between the results.
 - Bounds: each pointer parameter is an `ortlab_cpu::ptr<T>` that knows its array's size; an index
   outside it stops the launch with the thread, block, parameter and index instead of corrupting
-  memory. Fixed-size arrays (`__shared__` and local) are checked by GCC's -fsanitize=bounds, whose
-  handler (defined in the header, not libubsan) reports the source line.
+  memory. Every other access (through a pointer derived from a parameter, `o + 64`, `&o[0]`, a
+  `__device__` function's `float*`, a `volatile` pointer) is seen by the load and store hooks GCC's
+  -fsanitize=thread inserts, defined in `cpu_checks.h` (no ThreadSanitizer runtime): each array sits
+  in its own block between unmapped guards, copied back only when the launch succeeds. Fixed-size
+  arrays (`__shared__` and local) are checked by GCC's -fsanitize=bounds, whose handler (defined in
+  the header, not libubsan) reports the source line. `__launch_bounds__(n)` is enforced as a GPU
+  enforces it.
 - Warps: the warp operations `__shfl_sync`, `__shfl_up_sync`, `__shfl_down_sync`, `__shfl_xor_sync`,
   `__syncwarp`, `__ballot_sync`, `__any_sync`, `__all_sync` are barriers of the thread's warp (32
   consecutive threads in x-fastest order): a thread leaves its value and waits; once all of the
@@ -52,7 +58,10 @@ around `__syncthreads()`.
   an OrtlabError: a mask that leaves out a present lane (partial-warp operations are not modelled), a
   warp whose threads meet at different operations or where one returned or waits at
   `__syncthreads()`, a lane reading a lane the block does not have. Outside warp operations the
-  threads of a warp run one after another like any others (no lock-step execution is modelled).
+  threads of a warp run one after another like any others (`warps="independent"`, as GPUs since Volta
+  may), and a `volatile` shared-memory race between lanes of one warp with no `__syncwarp()` between
+  stops the launch as racecheck reports it; `warps="lockstep"` runs a warp's lanes one memory access
+  at a time together, as GPUs before Volta did (cpu.py says why "independent" is the default).
 - Time limit: `launch` sends the kernel's library path and copies of its arrays to a worker
   process (forked once, reused; a socket carries requests and answers) and kills the worker after
   `timeout` seconds (10 by default): native code that never returns cannot be stopped inside this
