@@ -64,14 +64,30 @@ def test_a_forged_cache_is_found_and_a_genuine_one_is_not(tmp_path):
     assert isolation.forged_caches(package) == []
 
 
-def test_while_sealed_a_module_is_compiled_from_its_source_not_read_from_its_cache(importable):
+def test_while_sealed_a_cache_written_since_is_not_read(importable):
+    """The issue's forgery: a judge's cache written while the lab runs, under a header copying its source's
+    time and size. The module is compiled from its source instead."""
     package = _package(importable)
-    _forge_cache(package / "mod.py")
     with isolation.sealed():
+        _forge_cache(package / "mod.py")
         module = importlib.import_module(f"{package.name}.mod")
-        assert sys.dont_write_bytecode and sys.pycache_prefix == isolation.NO_CACHE
+        assert sys.dont_write_bytecode
     assert module.VALUE == "honest"
-    assert sys.meta_path[0] is not None and not any(isinstance(f, isolation._Unchanged) for f in sys.meta_path)
+    assert not any(isinstance(f, isolation._Unchanged) for f in sys.meta_path)
+
+
+def test_while_sealed_a_module_generated_in_a_folder_added_since_is_imported(tmp_path, monkeypatch):
+    """What the grader's own libraries write and import while it runs (torch generates a module in a temporary
+    folder it puts on sys.path) is not refused: only where modules were installed before the seal is."""
+    with isolation.sealed():
+        folder = tmp_path / "generated"
+        folder.mkdir()
+        (folder / f"gen_{tmp_path.name}.py").write_text("VALUE = 'generated'\n")
+        monkeypatch.syspath_prepend(str(folder))
+        try:
+            assert importlib.import_module(f"gen_{tmp_path.name}").VALUE == "generated"
+        finally:
+            sys.modules.pop(f"gen_{tmp_path.name}", None)
 
 
 def test_while_sealed_a_module_written_or_changed_after_the_seal_is_refused(importable):

@@ -21,8 +21,8 @@ The learner's file is read once and never written.
 
 The kernel runs as the same user as the grader, so the learner's code can write the grader's files. Every
 judge is imported before the kernel starts, a forged bytecode cache of ortlab's own modules is refused,
-and while the kernel runs this process imports only from sources that have not changed
-(ortlab.labs.isolation).
+and while the kernel runs this process imports nothing (no module, no bytecode cache) written since it
+started (ortlab.labs.isolation).
 """
 import os
 import re

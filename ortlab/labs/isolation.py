@@ -9,9 +9,9 @@ A module the grader imported after such a write would run the learner's code in 
   header copying the source's time and size, is refused rather than loaded), then imports every judge
   (ortlab.labs.judges.labNN, with everything they import) and the lab modules the reference's check
   cells import, all *before* the kernel starts;
-- while the learner's code can run (`sealed`), whatever this process still imports is compiled from its
-  source, never read from a bytecode cache (sys.pycache_prefix names a folder that cannot exist, and no
-  cache is written), and a module whose file changed after the seal began is refused.
+- while the learner's code can run (`sealed`), a module this process still imports is refused when its
+  file, where modules were installed, changed after the seal began, and a bytecode cache written after
+  then is never read (the module is compiled from its source; no cache is written).
 
 Native code a learner hands a check (lab10's kernels, built for the CPU runner) is loaded only in a
 process of its own (ortlab.labs.cpu_runner), which receives inputs and returns arrays.
@@ -19,6 +19,7 @@ process of its own (ortlab.labs.cpu_runner), which receives inputs and returns a
 import contextlib
 import importlib
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import marshal
 import os
@@ -28,7 +29,6 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1]  # ortlab/
 JUDGES = tuple(f"ortlab.labs.judges.lab{k:02d}" for k in range(1, 11))
-NO_CACHE = os.path.join(os.devnull, "ortlab-grader-reads-no-bytecode")  # a folder that cannot be created
 _VERIFIED = set()  # (source, its stat, its cache's stat) found to hold the source's code
 
 
@@ -104,12 +104,35 @@ def _cache_matches(source, cache):
         return False
 
 
-class _Unchanged(importlib.abc.MetaPathFinder):
-    """Finds a module as the rest of sys.meta_path would, and refuses it when its file changed after `since`
-    (a file's status-change time cannot be set back by its owner, as its modification time can)."""
+def _changed_since(path, since):
+    """Whether the file at `path` changed at or after `since` (its status-change time, which its owner
+    cannot set back as they can its modification time); False when there is no such file."""
+    try:
+        return os.stat(path).st_ctime >= since
+    except OSError:
+        return False
 
-    def __init__(self, since):
-        self.since = since
+
+class _FreshCacheUnread(importlib.machinery.SourceFileLoader):
+    """A source module's loader that does not read a bytecode cache written at or after `since`: Python
+    compiles the source instead (SourceLoader.get_code falls back to it when reading the cache fails)."""
+
+    since = float("inf")
+
+    def get_data(self, path):
+        if path != self.path and _changed_since(path, self.since):
+            raise OSError(f"{path} was written while the lab's code ran")
+        return super().get_data(path)
+
+
+class _Unchanged(importlib.abc.MetaPathFinder):
+    """Finds a module as the rest of sys.meta_path would; refuses it when it lies where modules were
+    installed before the seal (`roots`: sys.path then) and its file changed after `since`, and never reads
+    a bytecode cache written after `since`. Modules in places the grader's own libraries add later (torch
+    writes and imports generated modules in temporary folders) are compiled from their source."""
+
+    def __init__(self, since, roots):
+        self.since, self.roots = since, roots
 
     def find_spec(self, name, path=None, target=None):
         for finder in sys.meta_path:
@@ -122,26 +145,29 @@ class _Unchanged(importlib.abc.MetaPathFinder):
         else:
             return None
         if spec.has_location and spec.origin:
-            try:
-                changed = os.stat(spec.origin).st_ctime
-            except OSError:
-                changed = None
-            if changed is not None and changed >= self.since:
+            origin = os.path.realpath(spec.origin)
+            if origin.startswith(self.roots) and _changed_since(origin, self.since):
                 raise ChangedModuleError(f"{spec.origin} changed while the lab's code ran: the grader "
                                          f"does not import it", name=name)
+            if type(spec.loader) is importlib.machinery.SourceFileLoader:
+                spec.loader = type("FreshCacheUnread", (_FreshCacheUnread,), {"since": self.since})(
+                    spec.loader.name, spec.loader.path)
         return spec
 
 
 @contextlib.contextmanager
 def sealed():
-    """While the learner's code may run: this process imports only from sources, unchanged since now."""
-    saved = sys.pycache_prefix, sys.dont_write_bytecode
-    finder = _Unchanged(time.time() - 0.05)  # the clock of file times may run a little behind
-    sys.pycache_prefix, sys.dont_write_bytecode = NO_CACHE, True
+    """While the learner's code may run: this process imports nothing changed since now (bytecode caches
+    written since are not read, and none is written)."""
+    saved = sys.dont_write_bytecode
+    roots = tuple(dict.fromkeys(os.path.join(os.path.realpath(entry or os.getcwd()), "")
+                                for entry in sys.path if os.path.isdir(entry or os.getcwd())))
+    finder = _Unchanged(time.time() - 0.05, roots)  # the clock of file times may run a little behind
+    sys.dont_write_bytecode = True
     sys.meta_path.insert(0, finder)
     try:
         yield
     finally:
         with contextlib.suppress(ValueError):
             sys.meta_path.remove(finder)
-        sys.pycache_prefix, sys.dont_write_bytecode = saved
+        sys.dont_write_bytecode = saved
