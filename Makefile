@@ -29,7 +29,7 @@ test: setup
 	$(PY) -m pytest
 
 # The notebooks again under another CPU dispatch (torch without SIMD kernels) and one thread:
-# their stored outputs must reproduce on any x86-64 machine (README, "Reproducible outputs").
+# their stored outputs must reproduce on any x86-64 machine (CONTRIBUTING.md, "Reproducible outputs").
 test-portable: setup
 	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 $(PY) -m pytest notebooks solutions
 

@@ -2,7 +2,7 @@
 lower one (or stays inside its own package), and no two modules import each other, however indirectly.
 
 The floors, lowest first. A package may import any package listed before it, never one after it.
-README.md's "Where things are" names the same floors.
+CONTRIBUTING.md's "Where things are" names the same floors.
 """
 import ast
 import subprocess

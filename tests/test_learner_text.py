@@ -30,7 +30,8 @@ def _texts():
         for path in sorted((ROOT / folder).glob("*.ipynb")):
             for where, text in _notebook_text(path):
                 yield f"{folder}/{path.name}, {where}", text
-    yield "README.md", (ROOT / "README.md").read_text()
+    for path in [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        yield str(path.relative_to(ROOT)), path.read_text()
     for path in sorted((ROOT / "ortlab").rglob("*.py")):
         yield str(path.relative_to(ROOT)), path.read_text()
 

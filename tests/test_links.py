@@ -23,13 +23,14 @@ def resolves(name, stems):
 
 
 def documents():
-    """(where, text) of every markdown and code source line in the notebooks, and of the READMEs."""
+    """(where, text) of every markdown and code source line in the notebooks, the READMEs, CONTRIBUTING.md, docs/."""
     for folder in FOLDERS:
         for path in sorted((ROOT / folder).glob("*.ipynb")):
             for index, cell in enumerate(json.loads(path.read_text())["cells"]):
                 for number, line in enumerate("".join(cell["source"]).splitlines(), 1):
                     yield f"{path.relative_to(ROOT)} cell {index} line {number}", path.parent, line
-    for path in [ROOT / "README.md", *(ROOT / f / "README.md" for f in FOLDERS)]:
+    for path in [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md")),
+                 *(ROOT / f / "README.md" for f in FOLDERS)]:
         if path.exists():
             for number, line in enumerate(path.read_text().splitlines(), 1):
                 yield f"{path.relative_to(ROOT)} line {number}", path.parent, line

@@ -1,4 +1,5 @@
-"""The README tells the same story as the notebooks it quotes."""
+"""The README and CONTRIBUTING.md tell the same story as the notebooks they quote, and the README stays a learner's
+front page."""
 import json
 import re
 from pathlib import Path
@@ -15,8 +16,8 @@ def lab08_step_times():
 
 
 def readme_step_times():
-    text = (ROOT / "README.md").read_text()
-    assert MARK in text, "the README quotes lab08's step-time table after the marker " + MARK
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    assert MARK in text, "CONTRIBUTING.md quotes lab08's step-time table after the marker " + MARK
     block = re.search(re.escape(MARK) + r"\s*```text\n(.*?)```", text, re.S)
     assert block, "a ```text block follows the marker"
     return block.group(1).strip()
@@ -25,8 +26,8 @@ def readme_step_times():
 def test_the_readme_quotes_lab08s_stored_step_times():
     stored = lab08_step_times()
     assert "ms/step" in stored and "ORTModule" in stored and "PyTorch" in stored
-    assert readme_step_times() == stored, ("the README's ORTModule vs PyTorch table differs from lab08's stored "
-                                           "output: copy lab08's output into the README after re-executing it")
+    assert readme_step_times() == stored, ("CONTRIBUTING.md's ORTModule vs PyTorch table differs from lab08's stored "
+                                           "output: copy lab08's output there after re-executing it")
 
 
 # The contributor section's examples: each runs in a fresh process, and what it registers works.
@@ -91,7 +92,7 @@ np.testing.assert_allclose(sess.run(None, {"x0": np.ones(3, np.float32)})[0], np
 
 
 def readme_examples():
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "CONTRIBUTING.md").read_text()
     pattern = r"(\d+) lines?\b[^\n]*(?:\n[^\n<]+)*\n<!-- contributor example: (\w+) -->\n```python\n(.*?)```"
     return {kind: (int(count), code) for count, kind, code in re.findall(pattern, text, re.S)}
 
@@ -106,7 +107,7 @@ def test_the_readme_shows_one_example_per_registry_with_its_line_count():
     examples = readme_examples()
     assert set(examples) == set(EXAMPLE_CHECKS), set(examples) ^ set(EXAMPLE_CHECKS)
     for kind, (count, code) in examples.items():
-        assert counted_lines(code) == count, f"the README says {count} lines for the {kind} example"
+        assert counted_lines(code) == count, f"CONTRIBUTING.md says {count} lines for the {kind} example"
 
 
 def test_each_contributor_example_registers_what_works(tmp_path):
@@ -117,4 +118,15 @@ def test_each_contributor_example_registers_what_works(tmp_path):
         script = tmp_path / f"{kind}.py"
         script.write_text(code + EXAMPLE_CHECKS[kind])
         done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT)
-        assert done.returncode == 0, f"the README's {kind} example: {done.stderr[-2000:]}"
+        assert done.returncode == 0, f"CONTRIBUTING.md's {kind} example: {done.stderr[-2000:]}"
+
+
+def test_the_readme_is_a_learners_front_page():
+    """At most about 1,500 words, the two commands first, and the contributor material one link away."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.split()) <= 1600, len(text.split())
+    assert text.index("make lab") < text.index("## The course") < text.index("## Doing and grading a lab")
+    assert "ssh -L 8888:127.0.0.1:8888" in text  # reaching the lab from a laptop
+    assert "(CONTRIBUTING.md)" in text and "(docs/course.md)" in text
+    for contributor_only in ("## Reproducible outputs", "## Where things are", "contributor example"):
+        assert contributor_only not in text

@@ -139,7 +139,7 @@ def test_every_registered_kernel_is_named_by_a_test():
 
 
 def test_the_kernels_registry_and_bench_need_neither_onnx_nor_onnxruntime():
-    """bench runs on a GPU image that has torch and Triton only (README, "On a GPU machine")."""
+    """bench runs on a GPU image that has torch and Triton only (CONTRIBUTING.md, "On a GPU machine")."""
     import subprocess
     import sys
 
