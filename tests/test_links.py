@@ -65,3 +65,31 @@ def test_every_notebook_reference_resolves_or_says_planned():
 def test_the_checker_itself(line, ok, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "documents", lambda: [("t", ROOT / "notebooks", line)])
     assert (broken_references() == []) is ok
+
+
+def test_every_ortlab_module_the_docs_name_exists():
+    """`ortlab.x.y` in the README, CONTRIBUTING.md and docs/, and `ortlab.x` (`a`, `b`): each a module or
+    an attribute of one (modules move; the pages must follow)."""
+    import importlib
+    import importlib.util
+
+    def exists(dotted):
+        try:
+            if importlib.util.find_spec(dotted) is not None:
+                return True
+        except ModuleNotFoundError:  # a name inside a module, not a submodule
+            pass
+        parent, _, name = dotted.rpartition(".")
+        try:
+            return hasattr(importlib.import_module(parent), name)
+        except ImportError:
+            return False
+
+    missing = []
+    for path in [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text()
+        named = set(re.findall(r"`(ortlab(?:\.\w+)+)`", text))
+        for package, inside in re.findall(r"`(ortlab(?:\.\w+)*)` \(([^)]*)\)", text):
+            named.update(f"{package}.{n}" for n in re.findall(r"`(\w+)`", inside))
+        missing += [f"{path.name}: {name}" for name in sorted(named) if not exists(name)]
+    assert not missing, missing
