@@ -7,6 +7,7 @@ reaching the learner's code only through ortlab.labs.remote, which carries data.
 """
 import contextlib
 import json
+import re
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -96,6 +97,13 @@ def _short(exc):
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
+def _not_done(exc):
+    """A stub's message without the exercise's name, which the result already shows:
+    "exercise 'x' is not done yet: replace this line" -> "not done yet: replace this line"."""
+    text = re.sub(r"^exercise '[^']*' is ", "", str(exc).strip())
+    return text or "not implemented yet"
+
+
 def evaluate(exercise, test):
     """Run `test()` and turn what happens into a CheckResult (without displaying it).
 
@@ -106,7 +114,7 @@ def evaluate(exercise, test):
     try:
         reason = test()
     except NotImplementedError as exc:
-        return CheckResult(exercise, "not done", str(exc) or "not implemented yet")
+        return CheckResult(exercise, "not done", _not_done(exc))
     except CheckFailed as exc:
         return CheckResult(exercise, "fail", str(exc))
     except NameError as exc:

@@ -58,11 +58,27 @@ def _read_notebook(path, role):
                          f"give the .ipynb file of {role}") from None
 
 
+def lab_path(given):
+    """The notebook `given` names: a path as given, or a lab's name or id ("lab01", "lab01_compose_onnx_model",
+    with or without .ipynb) looked up in the current folder, then in this checkout's labs/, so that grading
+    works from any folder and from a `!` cell in labs/."""
+    path = Path(given)
+    if path.exists() or path.parent != Path("."):
+        return path
+    stem = path.name[:-len(".ipynb")] if path.name.endswith(".ipynb") else path.name
+    for folder in (Path.cwd(), REPO / "labs"):
+        found = sorted(folder.glob(f"{stem}.ipynb")) or sorted(folder.glob(f"{stem}_*.ipynb"))
+        if len(found) == 1:
+            return found[0]
+    return path
+
+
 def load_lab(path):
     """Read a lab (or solution) notebook, or raise GradeError saying why it cannot be graded."""
     path = Path(path)
     if not path.exists():
-        raise GradeError(f"{path}: no such file")
+        labs = ", ".join(sorted(p.stem.split("_")[0] for p in (REPO / "labs").glob("lab*.ipynb")))
+        raise GradeError(f"{path}: no such file; give a lab's path, or its name ({labs})")
     if path.is_dir():
         raise GradeError(f"{path} is a folder; give one lab notebook, e.g. labs/lab01_compose_onnx_model.ipynb")
     nb = _read_notebook(path, "a lab")
@@ -396,7 +412,7 @@ def grade(path, timeout=DEFAULT_TIMEOUT, solutions_dir=None):
     `solutions_dir` is where the lab's solution is looked up (default: this checkout's solutions/).
     """
     _check_timeout(timeout)
-    path = Path(path)
+    path = lab_path(path)
     nb = load_lab(path)
     reference, where = find_reference(path, nb, solutions_dir)
     exercises = reference_exercises(reference, where)
