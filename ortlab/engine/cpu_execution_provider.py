@@ -10,8 +10,11 @@ the two compute differently, ortlab.engine.cpu_kernels registers ORT's behaviour
 import dataclasses
 import functools
 
+import numpy as np
+
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun, RuntimeContextError
+from onnx.reference.ops._op import OpRunBinaryNum, OpRunBinaryNumpy
 
 from ortlab.engine.execution_provider import ExecutionProvider, OrtDevice, register_execution_provider
 from ortlab.ops.kernel_def import KernelDef
@@ -116,13 +119,61 @@ class ReferenceKernel(OpKernel):
         op_class = op_class or reference_op_class(node, opsets)
         self.op = op_class(_bfloat16_readable(node.to_proto()), _run_params(opsets))
         self.needs_context = isinstance(self.op, OpRun) and self.op.need_context()
+        self.run_op = op_runner(self.op)
         if getattr(self.op, "reads_output_shapes", False):  # as ORT's kernels read their OutputDefs' shapes
             self.op.output_shapes = [node.graph.node_arg(o.name).shape if o.exists() else None for o in node.outputs]
 
     def compute(self, ctx):
         args = ctx.inputs()
-        results = self.op.run(*args, context=ctx.implicit()) if self.needs_context else self.op.run(*args)
-        return results
+        return self.run_op(*args, context=ctx.implicit()) if self.needs_context else self.run_op(*args)
+
+
+def op_runner(op):
+    """How ReferenceKernel calls its OpRun `op` on every run: `op.run`, or the same without what op.run
+    re-checks on every call although it is fixed for the session. OpRun.run checks each time whether the node
+    needs a context, has linked attributes and has each of its attributes; here that is checked once, when the
+    kernel is created (as ORT's kernels read and check their attributes in their constructor), and each run
+    calls `_run` with the attributes, then checks its outputs (`_check_and_fix_outputs`). The binary numeric ops
+    (Add, Mul, MatMul...) check their inputs' types on each run, as OpRunBinaryNum.run does; anything unusual
+    (a custom element type, a type mismatch, a failure) goes through op.run itself, with its own message."""
+    cls = type(op)
+    if not isinstance(op, OpRun) or op.has_linked_attribute or op.has_subgraph:
+        return op.run
+    if cls.run is OpRunBinaryNum.run:
+        return _binary_runner(op)
+    names = tuple(getattr(op, "attributes_names_", ()))
+    if cls.run is not OpRun.run or not all(hasattr(op, name) for name in names):
+        return op.run
+
+    def run(*args, context=None):
+        kwargs = {name: getattr(op, name) for name in names}
+        if context is not None:
+            kwargs["context"] = context
+        try:
+            results = op._run(*args, **kwargs)
+        except (TypeError, AttributeError) as exc:  # as OpRun.run reports them
+            raise TypeError(f"Issues with types {[type(a) for a in args]} and attributes {sorted(kwargs)} and "
+                            f"linked attributes=[] (operator {cls.__name__!r}).") from exc
+        return op._check_and_fix_outputs(results)
+    return run
+
+
+def _binary_runner(op):
+    """OpRunBinaryNum.run for plain numpy inputs of one type: `_run` (the numpy function itself for
+    OpRunBinaryNumpy), the result checked to keep the inputs' type."""
+    numpy_fct = op.numpy_fct if type(op)._run is OpRunBinaryNumpy._run else None
+
+    def run(x, y):
+        if x is None or y is None or x.dtype != y.dtype or x.dtype.names is not None:
+            return op.run(x, y)
+        try:
+            result = numpy_fct(x, y) if numpy_fct is not None else op._run(x, y)[0]
+        except (TypeError, ValueError):
+            return op.run(x, y)  # fails again, with onnx.reference's message
+        if not isinstance(result, np.ndarray) or result.dtype != x.dtype:
+            return op.run(x, y)
+        return (result,)
+    return run
 
 
 def _bfloat16_readable(node_proto):

@@ -100,40 +100,41 @@ class ExecutionFrame:
         """A buffer for value `slot` in `provider`'s memory: its place in the memory-pattern block when
         it is planned there with this size; without the pattern, the buffer the allocation plan reuses for it
         (kReuse); else a new one (ORT: AllocateMLValueTensorSelfOwnBuffer)."""
-        if any(d < 0 for d in shape):
+        if shape and min(shape) < 0:
             raise KernelFailure(f"cannot allocate {self.state.value_names[slot]!r} with shape {shape}")
+        on_cpu = provider.is_cpu_based
         if slot in self.preplaced:
             fetch = self._check_fetch(slot, shape, dtype)
-            if isinstance(fetch, np.ndarray) == bool(provider.is_cpu_based):
+            if isinstance(fetch, np.ndarray) == bool(on_cpu):
                 return fetch
             self.copy_back[slot] = fetch   # bound on another device: computed on the EP's, copied at the end
         name = self.state.value_names[slot]
         buffer = None
-        if self.block is not None and provider.is_cpu_based:
+        if self.block is not None and on_cpu:
             buffer = self.pattern.place(self.block, name, shape, dtype)
             if buffer is not None:
                 self.placed += 1
                 self.in_block.add(slot)
-        elif self.reuse is not None and provider.is_cpu_based:
+        elif self.reuse is not None and on_cpu:
             buffer = self._reuse(slot, shape, dtype)   # no new bytes: the planned buffer it lives in
             if buffer is not None:
                 self.reused += 1
                 self.values[slot] = buffer
                 return buffer
         if buffer is None:
+            size = math.prod(shape) * dtype.itemsize
             if self.pattern is not None and name in self.pattern.placements:
                 self.state.logger.verbose("execution_frame.cc AllocateMLValueTensorSelfOwnBufferHelper",
                                           f"For ort_value with index: {slot}, block in memory pattern size is: "
                                           f"{self.pattern.placements[name][1]} but the actual size is: "
-                                          f"{math.prod(shape) * dtype.itemsize}, fall back to default allocation "
-                                          "behavior")
+                                          f"{size}, fall back to default allocation behavior")
             buffer = provider.allocate(shape, dtype)
             if self.reuse is not None and isinstance(buffer, np.ndarray) and buffer.dtype != object:
                 self._own(slot, buffer)  # (a string tensor holds no bytes to reuse: SameSize is false for it)
-            self.bytes_in_use += math.prod(shape) * dtype.itemsize
-            if provider.is_cpu_based:
+            self.bytes_in_use += size
+            if on_cpu:
                 self.trace_position[slot] = len(self.trace)
-                self.trace.append(("alloc", math.prod(shape) * dtype.itemsize))
+                self.trace.append(("alloc", size))
             self.peak_bytes = max(self.peak_bytes, self.bytes_in_use)
         self.values[slot] = buffer
         self.allocations += 1

@@ -21,8 +21,9 @@ EXECUTION_PROVIDERS = Registry("execution provider", op_keys=False, duplicates="
 def check_copy_shape(buffer, value):
     """EngineError unless value has buffer's shape: a copy never broadcasts (ORT: DataTransferManager::CopyTensor,
     core/framework/data_transfer_manager.cc, fails 'Tensor size mismatch' on another size)."""
-    if tuple(np.shape(value)) != tuple(buffer.shape):
-        raise EngineError(f"Tensor size mismatch: a value of shape {tuple(np.shape(value))} does not fit the buffer "
+    shape = value.shape if isinstance(value, np.ndarray) else tuple(np.shape(value))
+    if shape != tuple(buffer.shape):
+        raise EngineError(f"Tensor size mismatch: a value of shape {shape} does not fit the buffer "
                           f"of shape {tuple(buffer.shape)} it is to be copied into (a bound output?); bind a buffer "
                           "of the output's shape, or bind_output(name) and let the run allocate it")
 

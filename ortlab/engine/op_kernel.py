@@ -65,6 +65,39 @@ class FunctionKernel(OpKernel):
         return type(self).fn(ctx)
 
 
+class OutputDef:
+    """What OpKernelContext checks a kernel's output `index` against, worked out once per session, not per run
+    (ORT: SessionState keeps each node's output NodeArgs and the kernel's KernelDef; nothing is looked up again
+    when Output(i, shape) is called). `dims`: the inferred shape (None: any; a None dim: symbolic)."""
+
+    __slots__ = ("index", "slot", "name", "dtype", "dims", "fits", "provider", "graph_output")
+
+    def __init__(self, step, index):
+        self.index, self.slot = index, step.outputs[index]
+        self.name = step.node.output_names[index]
+        self.dtype, self.dims = step.output_dtypes[index], step.output_shapes[index]
+        self.fits = self.dims  # the last shape found to agree with dims: a run's shapes are the last run's
+        self.provider, self.graph_output = step.output_providers[index], step.graph_outputs[index]
+
+    def shape_differs(self, shape):
+        """Whether `shape` (a tuple of ints) contradicts the inferred one."""
+        if shape == self.fits or self.dims is None:
+            return False
+        if len(self.dims) != len(shape) or any(d is not None and d != n for d, n in zip(self.dims, shape)):
+            return True
+        self.fits = shape
+        return False
+
+
+def output_defs(step):
+    """The step's OutputDefs, one per output, made on first use and kept on the step (the executor makes them
+    for every step when the session is created: ExecutionStep is per-session data)."""
+    defs = step.__dict__.get("output_defs")
+    if defs is None:
+        defs = step.__dict__["output_defs"] = tuple(OutputDef(step, i) for i in range(len(step.outputs)))
+    return defs
+
+
 class OpKernelContext:
     """One node's view of the ExecutionFrame during one run.
 
@@ -73,10 +106,11 @@ class OpKernelContext:
     device (dtype defaults to the type the graph gives the output); attribute(name, default).
     """
 
-    __slots__ = ("frame", "step", "kernel")
+    __slots__ = ("frame", "step", "kernel", "defs")
 
     def __init__(self, frame, step, kernel):
         self.frame, self.step, self.kernel = frame, step, kernel
+        self.defs = output_defs(step)
 
     @property
     def node(self):
@@ -100,67 +134,80 @@ class OpKernelContext:
 
     def inputs(self):
         """Every input, read-only (None for an absent optional one)."""
-        return [None if slot < 0 else self.frame.const_input(slot) for slot in self.step.inputs]
+        const_input = self.frame.const_input
+        return [None if slot < 0 else const_input(slot) for slot in self.step.inputs]
 
     def attribute(self, name, default=None):
         return self.step.node.attribute(name, default)
 
     def output(self, index, shape, dtype=None):
         """Allocate output `index` of `shape` through the frame (ORT's OpKernelContext::Output)."""
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.step.outputs):
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.defs):
             raise KernelFailure(f"{self.step.label()}: output({index}) asked, the node has "
-                                f"{len(self.step.outputs)} output(s)")
-        slot = self.step.outputs[index]
-        if slot < 0:
+                                f"{len(self.defs)} output(s)")
+        out = self.defs[index]
+        if out.slot < 0:
             return None  # an optional output the node leaves out: nothing to write
-        step = self.step
-        expected = step.output_dtypes[index]
-        dtype = expected if dtype is None else np.dtype(dtype)
+        dtype = out.dtype if dtype is None else np.dtype(dtype)
         if dtype is None:
-            raise KernelFailure(f"{step.label()}: the graph gives output {index} no type; pass "
+            raise KernelFailure(f"{self.step.label()}: the graph gives output {index} no type; pass "
                                 "dtype= to ctx.output")
         if not isinstance(shape, (tuple, list)) or any(
                 isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
-            raise KernelFailure(f"{step.label()}: output({index}, shape) takes a shape as a tuple of ints >= 0, "
-                                f"not {shape!r}")
-        shape = tuple(int(d) for d in shape)
-        if expected is not None and dtype != expected:
-            raise KernelFailure(f"{step.label()}: output {index} '{step.node.output_names[index]}' is "
-                                f"{dtype}, the graph says {expected}; the kernel computes the wrong type")
-        expected_shape = step.output_shapes[index]
-        if expected_shape is not None and (len(expected_shape) != len(shape) or any(
-                d is not None and d != n for d, n in zip(expected_shape, shape))):
-            shown = ["?" if d is None else d for d in expected_shape]
-            if step.graph_outputs[index]:  # ORT warns for a graph output (ExecutionFrame's VerifyOutputSizes)
-                self.frame.state.logger.warning(
-                    "execution_frame.cc VerifyOutputSizes", f"Expected shape from model of {shown} does not match "
-                    f"actual shape of {list(shape)} for output {step.node.output_names[index]}")
-                return self.frame.allocate(slot, shape, dtype, step.output_providers[index])
-            raise KernelFailure(f"{step.label()}: output {index} '{step.node.output_names[index]}' has shape "
-                                f"{list(shape)}, the graph's shape inference says {shown}; the kernel computes "
-                                "the wrong shape (or the model declares a wrong one)")
-        return self.frame.allocate(slot, shape, dtype, step.output_providers[index])
+            raise KernelFailure(f"{self.step.label()}: output({index}, shape) takes a shape as a tuple of ints "
+                                f">= 0, not {shape!r}")
+        return self._allocate(out, tuple(int(d) for d in shape), dtype)
+
+    def _allocate(self, out, shape, dtype):
+        """Output `out` of `shape` (a tuple of ints >= 0) and `dtype`, checked against what the graph says, then
+        allocated by the frame."""
+        if out.dtype is not None and dtype != out.dtype:
+            raise KernelFailure(f"{self.step.label()}: output {out.index} '{out.name}' is {dtype}, the graph "
+                                f"says {out.dtype}; the kernel computes the wrong type")
+        if out.shape_differs(shape):
+            shown = ["?" if d is None else d for d in out.dims]
+            if not out.graph_output:
+                raise KernelFailure(f"{self.step.label()}: output {out.index} '{out.name}' has shape {list(shape)}, "
+                                    f"the graph's shape inference says {shown}; the kernel computes the wrong "
+                                    "shape (or the model declares a wrong one)")
+            # ORT warns for a graph output (ExecutionFrame's VerifyOutputSizes)
+            self.frame.state.logger.warning(
+                "execution_frame.cc VerifyOutputSizes", f"Expected shape from model of {shown} does not match "
+                f"actual shape of {list(shape)} for output {out.name}")
+        return self.frame.allocate(out.slot, shape, dtype, out.provider)
 
     def put(self, index, value):
         """Store a computed value as output `index`: allocated through output(), then copied in
         (what a kernel returning its results instead of writing them amounts to)."""
-        slot = self.step.outputs[index] if index < len(self.step.outputs) else -1
-        if slot < 0 or value is None:
+        defs = self.defs
+        if value is None or index >= len(defs) or defs[index].slot < 0:
             return
+        out = defs[index]
+        provider = out.provider
+        if type(value) is np.ndarray and value.dtype.kind not in "US":  # the common case: its shape is valid
+            buffer = self._allocate(out, value.shape, np.dtype(provider.dtype_of(value)))
+        else:
+            value = self._as_tensor(out, value)
+            if value is None:
+                return
+            buffer = self.output(index, tuple(value.shape), provider.dtype_of(value))
+        provider.copy_into(buffer, value)
+
+    def _as_tensor(self, out, value):
+        """A returned value that is not a plain numeric array, as a tensor to copy into output `out` (numpy
+        strings as objects, as ORT holds tensor(string); a number as an array); None once a sequence, a map or
+        an empty optional is stored as it is."""
         if isinstance(value, (list, dict)) or value is EMPTY_OPTIONAL:
-            if self.step.output_dtypes[index] is not None:
-                raise KernelFailure(f"{self.step.label()}: output {index} is a tensor in the graph, the kernel "
+            if out.dtype is not None:
+                raise KernelFailure(f"{self.step.label()}: output {out.index} is a tensor in the graph, the kernel "
                                     f"returned a {type(value).__name__}; return a numpy array")
-            self.frame.store(slot, value)  # a sequence or map: not a tensor, kept as it is
-            return
+            self.frame.store(out.slot, value)  # a sequence or map: not a tensor, kept as it is
+            return None
         if not hasattr(value, "shape"):
             value = np.asarray(value)
-        # numpy str arrays hold tensor(string) as object arrays, as ORT's do
         if isinstance(value, np.ndarray) and value.dtype.kind in "US":
             value = value.astype(object)
-        provider = self.step.output_providers[index]
-        buffer = self.output(index, tuple(value.shape), provider.dtype_of(value))
-        provider.copy_into(buffer, value)
+        return value
 
     def implicit(self):
         """{name: value} of the outer-scope values a subgraph attribute reads (ORT: implicit inputs)."""

@@ -8,7 +8,7 @@ the device of their readers first, fetches returned to the host after).
 import time
 
 from ortlab.engine.errors import EngineError, KernelFailure
-from ortlab.engine.op_kernel import CONST_INPUTS, FunctionKernel, OpKernelContext, wrote_to_const
+from ortlab.engine.op_kernel import CONST_INPUTS, FunctionKernel, OpKernelContext, output_defs, wrote_to_const
 from ortlab.errors import OrtlabError
 
 
@@ -38,10 +38,12 @@ def run_step(frame, step):
         hint = f"; {CONST_INPUTS}" if wrote_to_const(exc) else ""
         raise KernelFailure(f"Non-zero status code returned while running {step.label()}. Status Message: "
                             f"{type(exc).__name__}: {exc}{hint}") from exc
-    missing = [step.node.output_names[i] for i, s in enumerate(step.outputs) if s >= 0 and frame.values[s] is None]
-    if missing:
-        raise KernelFailure(f"{step.label()}: the kernel produced no value for output(s) {missing}; write "
-                            "each with ctx.output(i, shape) or return it")
+    values = frame.values
+    for out in ctx.defs:
+        if out.slot >= 0 and values[out.slot] is None:
+            missing = [o.name for o in ctx.defs if o.slot >= 0 and values[o.slot] is None]
+            raise KernelFailure(f"{step.label()}: the kernel produced no value for output(s) {missing}; write "
+                                "each with ctx.output(i, shape) or return it")
 
 
 def _store(ctx, step, results):
@@ -59,6 +61,8 @@ class SequentialExecutor:
 
     def __init__(self, state, logger, profiler=None):
         self.state, self.logger, self.profiler = state, logger, profiler
+        for step in state.steps:  # what each node's outputs are checked against, once per session
+            output_defs(step)
 
     def execute(self, frame, steps, run_options):
         profiler = self.profiler
