@@ -2,14 +2,13 @@
 against ORT 1.19.2 (its optimized graph, its transformer log, its gradient builder, its outputs, its
 arena request), exit codes, and bad input ending in exit code 2 / CompareError."""
 import json
-import subprocess
-import sys
 
 import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+from compare_cli import cli
 from ortlab import compare as cmp
 from ortlab.errors import OrtlabError
 
@@ -77,10 +76,6 @@ def folder(tmp_path_factory):
     return path
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "ortlab", "compare", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
-
 
 def _rows(report):
     return {r.check: r for r in report.rows}
@@ -94,7 +89,7 @@ def _ort_op_counts(model, level):
 
 def test_cli_on_mlp_with_gradients_agrees_and_writes_json(folder, tmp_path):
     out = tmp_path / "rows.json"
-    done = _cli(folder / "mlp.onnx", "--loss", "loss", "--x", "W1,B2", "--json", out)
+    done = cli(folder / "mlp.onnx", "--loss", "loss", "--x", "W1,B2", "--json", out)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     data = json.loads(out.read_text())
@@ -228,10 +223,10 @@ def test_the_function_raises_compare_error(kwargs, words):
 
 
 def test_cli_bad_file_is_one_line_no_traceback(folder):
-    done = _cli(folder / "notes.txt")
+    done = cli(folder / "notes.txt")
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
-    assert _cli().returncode == 2  # no model named: argparse's usage, exit code 2
+    assert cli().returncode == 2  # no model named: argparse's usage, exit code 2
 
 
 def test_statuses_and_differences_views_of_a_report():

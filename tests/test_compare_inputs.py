@@ -2,8 +2,6 @@
 against the model's dynamic dimensions, feed sizes checked up front, --seed and --json checked first,
 models with no nodes accepted, files that are not models refused. Bad input is exit code 2 and one
 line on stderr, never a traceback; every CLI run is its own process, stopped by a timeout."""
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -11,6 +9,7 @@ import onnx
 import pytest
 from onnx import helper
 
+from compare_cli import cli, one_line_exit_2
 from ortlab import compare as cmp
 
 F, I64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
@@ -41,26 +40,17 @@ def folder(tmp_path_factory):
     return path
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "ortlab", "compare", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
-
-
-def _one_line_exit_2(done):
-    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
-    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    return done.stderr
 
 
 # --- --dim names ---------------------------------------------------------------------------------
 
 def test_an_unknown_dim_name_is_bad_input_naming_the_dynamic_dims(folder):
-    err = _one_line_exit_2(_cli(folder / "dyn.onnx", "--dim", "seq=4"))
+    err = one_line_exit_2(cli(folder / "dyn.onnx", "--dim", "seq=4"))
     assert "'seq'" in err and "batch" in err
 
 
 def test_a_dim_on_a_static_model_is_bad_input(folder):
-    err = _one_line_exit_2(_cli(folder / "static.onnx", "--dim", "batch=3"))
+    err = one_line_exit_2(cli(folder / "static.onnx", "--dim", "batch=3"))
     assert "'batch'" in err and "no dynamic dimension" in err
 
 
@@ -98,7 +88,7 @@ def test_malformed_options_are_one_line(folder, args, words, capsys):
 # --- sizes, seed, --json -------------------------------------------------------------------------
 
 def test_a_huge_dim_names_the_input_and_its_bytes(folder):
-    err = _one_line_exit_2(_cli(folder / "dyn.onnx", "--dim", "batch=100000000000"))
+    err = one_line_exit_2(cli(folder / "dyn.onnx", "--dim", "batch=100000000000"))
     assert "'X'" in err and "1,200,000,000,000 bytes" in err
 
 
@@ -108,7 +98,7 @@ def test_a_huge_static_input_is_refused_up_front():
 
 
 def test_a_negative_seed_is_bad_input(folder):
-    err = _one_line_exit_2(_cli(folder / "static.onnx", "--seed", "-1"))
+    err = one_line_exit_2(cli(folder / "static.onnx", "--seed", "-1"))
     assert "seed" in err and "-1" in err
     with pytest.raises(cmp.CompareError, match="seed"):
         cmp.compare(relu([2, 3]), seed=1.5)
@@ -117,7 +107,7 @@ def test_a_negative_seed_is_bad_input(folder):
 @pytest.mark.parametrize("target", ["/proc/nope/x.json", "{folder}", "{folder}/missing_dir/x.json"])
 def test_an_unwritable_json_path_is_refused_before_the_run(folder, target):
     start = time.monotonic()
-    err = _one_line_exit_2(_cli(folder / "static.onnx", "--json", target.format(folder=folder)))
+    err = one_line_exit_2(cli(folder / "static.onnx", "--json", target.format(folder=folder)))
     assert "--json" in err
     assert time.monotonic() - start < 60
 
@@ -125,7 +115,7 @@ def test_an_unwritable_json_path_is_refused_before_the_run(folder, target):
 # --- models --------------------------------------------------------------------------------------
 
 def test_a_model_with_no_nodes_is_compared(folder):
-    done = _cli(folder / "identity.onnx")
+    done = cli(folder / "identity.onnx")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "engine output X" in done.stdout
     report = cmp.compare(identity_graph())
@@ -133,7 +123,7 @@ def test_a_model_with_no_nodes_is_compared(folder):
 
 
 def test_an_empty_file_is_bad_input(folder):
-    err = _one_line_exit_2(_cli(folder / "empty.onnx"))
+    err = one_line_exit_2(cli(folder / "empty.onnx"))
     assert "empty.onnx" in err and "is it an ONNX model" in err
 
 
@@ -170,5 +160,5 @@ def test_an_optional_input_is_named_in_words():
     (("{folder}/dyn.onnx", "--frob"), "unrecognized arguments: --frob"),
 ])
 def test_argument_errors_are_one_line_too(folder, args, words):
-    err = _one_line_exit_2(_cli(*(a.format(folder=folder) for a in args)))
+    err = one_line_exit_2(cli(*(a.format(folder=folder) for a in args)))
     assert words in err and "--help" in err

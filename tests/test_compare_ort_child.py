@@ -14,6 +14,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+from compare_cli import cli, one_line_exit_2
 from ortlab import compare as cmp
 from ortlab.compare import ort_child
 from ortlab.errors import OrtlabError
@@ -54,22 +55,13 @@ def folder(tmp_path_factory):
     return path
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "ortlab", "compare", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
-
-
-def _one_line_exit_2(done):
-    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
-    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    return done.stderr
 
 
 # --- feeds that avoid a zero divisor -------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["div", "mod"])
 def test_an_integer_division_model_is_compared(folder, name):
-    done = _cli(folder / f"{name}.onnx")
+    done = cli(folder / f"{name}.onnx")
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
     assert "engine output Y" in done.stdout and "divisors 1 or 2: B" in done.stdout
 
@@ -89,12 +81,12 @@ def test_a_float_division_keeps_its_normal_feeds():
 # --- ORT dying in its child ----------------------------------------------------------------------
 
 def test_ort_dying_at_run_time_is_one_line_naming_the_signal_and_the_feeds(folder):
-    err = _one_line_exit_2(_cli(folder / "zero.onnx"))
+    err = one_line_exit_2(cli(folder / "zero.onnx"))
     assert "SIGFPE" in err and "division" in err and "A int32[4]" in err and "B int32[4]" in err
 
 
 def test_ort_dying_while_optimizing_names_the_level(folder):
-    err = _one_line_exit_2(_cli(folder / "const_zero.onnx"))
+    err = one_line_exit_2(cli(folder / "const_zero.onnx"))
     assert "SIGFPE" in err and "optimiz" in err
 
 
@@ -159,7 +151,7 @@ def gather(width=4):
 
 def test_feeds_both_sides_refuse_agree_and_ort_logs_stay_out_of_stderr(tmp_path):
     onnx.save(gather(), str(tmp_path / "gather.onnx"))
-    done = _cli(tmp_path / "gather.onnx")
+    done = cli(tmp_path / "gather.onnx")
     assert done.returncode == 0, (done.stdout, done.stderr)
     assert done.stderr.strip() == "", done.stderr  # ORT's "[E:onnxruntime:...]" line stays in its child
     assert "both refuse" in done.stdout and "out of range" in done.stdout
@@ -207,7 +199,7 @@ def counting_loop(trips):
 def test_ort_running_forever_is_stopped_at_the_timeout(tmp_path):
     onnx.save(counting_loop(10**12), str(tmp_path / "forever.onnx"))
     start = time.monotonic()
-    err = _one_line_exit_2(_cli(tmp_path / "forever.onnx", "--timeout", "5"))
+    err = one_line_exit_2(cli(tmp_path / "forever.onnx", "--timeout", "5"))
     assert time.monotonic() - start < 90
     assert "did not finish running the model" in err and "within 5 s" in err and "--timeout" in err
 
