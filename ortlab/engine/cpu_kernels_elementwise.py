@@ -3,6 +3,8 @@
 behaviour wins. Each kernel names the ORT file it mirrors; the table of differences from the ONNX spec is
 ortlab/engine/cpu_kernels_ordering.py's ORT_VS_SPEC.
 """
+import functools
+
 import numpy as np
 from onnx.reference.ops import load_op
 
@@ -254,9 +256,11 @@ class OrtDynamicQuantizeLinear(ReferenceKernel):
 
 
 # --- Binary elementwise ops: broadcasting, integer division -----------------------------------
+@functools.lru_cache(maxsize=4096)
 def _broadcast_failure(op, a, b):
     """ORT's broadcast error for shapes a and b, naming the op and both shapes, or None when they
-    broadcast. ORT: core/providers/cpu/math/element_wise_ops.h (BroadcastIterator::Append)."""
+    broadcast (remembered: a session runs the same shapes again and again).
+    ORT: core/providers/cpu/math/element_wise_ops.h (BroadcastIterator::Append)."""
     ra, rb = list(a)[::-1], list(b)[::-1]
     for i in range(max(len(ra), len(rb))):
         x, y = (ra[i] if i < len(ra) else 1), (rb[i] if i < len(rb) else 1)
@@ -289,7 +293,8 @@ class OrtBinaryElementwise(ReferenceKernel):
     integer Div/Mod by zero, which kills ORT's process, is refused with what ORT does."""
 
     def compute(self, ctx):
-        a, b = ctx.input(0), ctx.input(1)
+        args = ctx.inputs()
+        a, b = (args + [None, None])[:2]
         op = self.info.node.op_type
         if a is not None and b is not None:
             why = _broadcast_failure(op, np.shape(a), np.shape(b))
@@ -297,7 +302,7 @@ class OrtBinaryElementwise(ReferenceKernel):
                 why = _integer_division_failure(op, np.asarray(a), np.asarray(b))
             if why:
                 raise KernelFailure(why)
-        return super().compute(ctx)
+        return self.run_op(*args)  # (ReferenceKernel.compute, with the inputs already read)
 
 
 for _op in ("Add", "Sub", "Mul", "Div", "Mod", "Pow", "And", "Or", "Xor", "Equal", "Less", "Greater",

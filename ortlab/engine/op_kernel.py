@@ -127,9 +127,10 @@ class OpKernelContext:
     def input(self, index):
         """The value of input `index`; None for an optional input the node leaves out, including
         trailing ones past its input count (ORT's OpKernelContext::Input returns nullptr there)."""
-        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        if type(index) is not int and (not isinstance(index, int) or isinstance(index, bool)) or index < 0:
             raise KernelFailure(f"{self.step.label()}: input({index!r}) asked; an input index is an int >= 0")
-        slot = self.step.inputs[index] if index < len(self.step.inputs) else -1
+        inputs = self.step.inputs
+        slot = inputs[index] if index < len(inputs) else -1
         return None if slot < 0 else self.frame.const_input(slot)
 
     def inputs(self):

@@ -49,11 +49,12 @@ def run_step(frame, step):
 def _store(ctx, step, results):
     """A kernel's returned values as its outputs: one value, or a tuple/list with one per output."""
     results = results if isinstance(results, (tuple, list)) else (results,)
-    if len(results) > len(step.outputs) and isinstance(step.kernel, FunctionKernel):
+    count = len(step.outputs)
+    if len(results) > count and isinstance(step.kernel, FunctionKernel):
         raise KernelFailure(f"{step.label()}: the kernel returned {len(results)} values, the node has "
-                            f"{len(step.outputs)} output(s)")  # (a built-in may return the optional ones the
-    for index, value in enumerate(results[:len(step.outputs)]):  # node leaves off: onnx.reference does)
-        ctx.put(index, value)
+                            f"{count} output(s)")  # (a built-in may return the optional ones the node leaves
+    for index in range(min(len(results), count)):  # off: onnx.reference does)
+        ctx.put(index, results[index])
 
 
 class SequentialExecutor:
