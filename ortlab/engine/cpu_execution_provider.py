@@ -144,6 +144,7 @@ def op_runner(op):
     names = tuple(getattr(op, "attributes_names_", ()))
     if cls.run is not OpRun.run or not all(hasattr(op, name) for name in names):
         return op.run
+    plain_check = cls._check_and_fix_outputs is OpRun._check_and_fix_outputs
 
     def run(*args, context=None):
         kwargs = {name: getattr(op, name) for name in names}
@@ -154,6 +155,8 @@ def op_runner(op):
         except (TypeError, AttributeError) as exc:  # as OpRun.run reports them
             raise TypeError(f"Issues with types {[type(a) for a in args]} and attributes {sorted(kwargs)} and "
                             f"linked attributes=[] (operator {cls.__name__!r}).") from exc
+        if plain_check and type(results) is tuple and len(results) == 1 and type(results[0]) is np.ndarray:
+            return results  # one array: what _check_and_fix_outputs would return
         return op._check_and_fix_outputs(results)
     return run
 
@@ -164,7 +167,7 @@ def _binary_runner(op):
     numpy_fct = op.numpy_fct if type(op)._run is OpRunBinaryNumpy._run else None
 
     def run(x, y):
-        if x is None or y is None or x.dtype != y.dtype or x.dtype.names is not None:
+        if x is None or y is None or x.dtype != y.dtype or x.dtype.kind not in "biufc" or x.dtype.names:
             return op.run(x, y)
         try:
             result = numpy_fct(x, y) if numpy_fct is not None else op._run(x, y)[0]
