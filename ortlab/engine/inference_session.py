@@ -1,7 +1,8 @@
 """InferenceSession: ortlab's runtime with the calling convention of onnxruntime.InferenceSession.
 
-Mirrors onnxruntime/core/session/inference_session.cc. Initialize does, in ORT's order: load and
-resolve the graph; run the graph transformers of the optimization level; partition the nodes
+Mirrors onnxruntime/core/session/inference_session.cc. Initialize builds one ortlab.ir Graph and
+changes it in place, as ORT does; in ORT's order: load the graph; run the graph transformers of the
+optimization level on it; resolve it (the engine's own type inference); partition the nodes
 among the EPs (graph_partitioner.py); insert Memcpy nodes (transformer_memcpy.py); build the
 SessionState (one kernel per node, the plan). (ORT runs its level-1 transformers before partitioning
 and the EP-specific ones after, on the assigned graph; here all levels run first, told which EPs the
@@ -39,9 +40,10 @@ from ortlab.engine.run_stats import RunStats
 from ortlab.engine.sequential_executor import SequentialExecutor, needed_steps
 from ortlab.engine.session_state import SessionState
 from ortlab.engine.transformer_memcpy import MemcpyTransformer
+from ortlab.ir import Graph
 from ortlab.ir.model_load import load_model as load_path
 from ortlab.ir.node_arg import NodeArg as GraphValue  # the IR's; NodeArg below is ORT's Python one
-from ortlab.memory.session_graph import SessionGraph, planning_view
+from ortlab.memory.session_graph import SessionGraph, declarations, planning_view
 from ortlab.errors import OrtlabError, as_names
 
 
@@ -147,9 +149,11 @@ class InferenceSession:
         self.profiler = Profiler(self.options.profile_file_prefix) if self.options.enable_profiling else None
         optimized_path = _writable_file(self.options.optimized_model_filepath, "optimized_model_filepath")
         start = time.perf_counter()
-        model = self._transform(load_model(model_or_path))
-        self.graph = self._resolve(model)
-        self.model = model  # the graph as loaded, after the transformers: what ortlab.memory plans
+        model = load_model(model_or_path)
+        self.graph = self._load(model)  # the session's one Graph, from load to execution
+        self.model = self._transform(model)  # the graph as loaded, after the transformers: what ortlab.memory plans
+        declared = declarations(self.graph)  # its declared types, read before the engine re-infers them
+        self._resolve(declared)
         self.options.planner()  # an unknown memory planner is refused before anything is built
         order = self.graph.topological_order(self.options.order())  # check the graph sorts before partitioning
         self.assignment = partition(self.graph, self.providers, self.log)
@@ -160,7 +164,7 @@ class InferenceSession:
         kernel_infos.update({n.index: self._kernel_info(n) for n in self.graph.nodes() if n.index not in kernel_infos})
         order = self.graph.topological_order(self.options.order())
         self._log_placements(order)
-        self._planning_graph = self._planning_view(order)
+        self._planning_graph = self._planning_view(order, declared)
         self.state = SessionState(self.graph, self.assignment, self.providers, kernel_infos, order, self.log,
                                   self._planning_graph.types, self.options.enable_mem_reuse)
         self.executor = SequentialExecutor(self.state, self.log, self.profiler)
@@ -178,38 +182,55 @@ class InferenceSession:
             self.profiler.session_event("session_initialization", start, time.perf_counter())
 
     # --- initialization ----------------------------------------------------------------------
+    def _load(self, model):
+        """The session's Graph, loaded as ORT's Graph constructor loads a model (graph.cc): Constant nodes
+        become initializers. Every later step (transformers, partitioning, Memcpy, plan, executor) works
+        on this one object."""
+        try:
+            return Graph.from_model(model, constants_as_initializers=True)
+        except OrtlabError as exc:
+            raise InvalidGraph(f"the model does not load: {exc}") from None
+
     def _transform(self, model):
+        """Run the graph transformers of the session's level on its Graph, in place (ORT's
+        InferenceSession::TransformGraph); returns the model the Graph now stands for (`model`
+        itself at level 0, where none runs). The nodes are then numbered as that model lists them
+        (node k of the Graph is node k of session.model), so that ortlab.memory's plan of session.model
+        walks the session's own order."""
         level = self.options.level()
         if level == 0:
             return model
-        from ortlab.transformers import optimize
+        from ortlab.transformers import GraphTransformerManager
 
         eps = [p.ort_equivalent for p in self.providers if p.ort_equivalent]
         try:
-            return optimize(model, level=level, providers=eps)
+            GraphTransformerManager.from_registry(level, providers=eps).transform_graph(self.graph)
         except OrtlabError as exc:
             raise InvalidGraph(f"the graph transformers could not process the model: {exc}") from None
+        self.graph.renumber(self.graph.proto_order())
+        return self.graph.to_model()
 
-    def _resolve(self, model):
-        from ortlab.ir import Graph
+    def _resolve(self, declared):
+        """Resolve the session's Graph for the engine (Graph::Resolve), its values' types inferred afresh.
 
-        # Declared intermediate shapes are hints: the engine's own inference decides what a kernel must
-        # produce (a builder's value_info can be wrong). They go back afterwards: ORT's planner reads them.
-        declared = list(model.graph.value_info)
-        del model.graph.value_info[:]
+        Declared intermediate shapes are hints: the engine's own inference decides what a kernel must
+        produce (a builder's value_info can be wrong), so only the inputs', outputs' and initializers' types
+        are kept. `declared` (read before) keeps them all: ORT's planner reads them."""
+        graph = self.graph
+        kept = set(graph.inputs) | set(graph.outputs) | set(graph.initializers)
+        for arg in graph.node_args():
+            if arg.name not in kept:
+                arg.type_proto = None
+        graph.clean_node_args()  # those of the values the transformers removed go
         try:
-            graph = Graph.from_model(model, constants_as_initializers=True)
             graph.resolve()
         except OrtlabError as exc:
             raise InvalidGraph(f"the model does not resolve: {exc}") from None
-        finally:
-            model.graph.value_info.extend(declared)
-        for info in declared:  # ORT's pool gradients read dX's shape from the graph: there the declaration stands
-            producer, arg = graph.producer(info.name), graph.node_arg(info.name)
-            if (producer is not None and producer.op_type in GRAPH_SHAPED_OUTPUTS and arg.shape is None
-                    and info.type.tensor_type.HasField("shape")):
-                arg.type_proto = info.type
-        return graph
+        for name, type_proto in declared.items():  # ORT's pool gradients read dX's shape from the graph:
+            producer, arg = graph.producer(name), graph.node_arg(name)  # there the declaration stands
+            if (name not in kept and producer is not None and producer.op_type in GRAPH_SHAPED_OUTPUTS
+                    and arg.shape is None and type_proto.tensor_type.HasField("shape")):
+                arg.type_proto = type_proto
 
     def _kernel_info(self, node):
         provider = next(p for p in self.providers if p.type == self.assignment[node.index])
@@ -334,11 +355,11 @@ class InferenceSession:
         graph that runs, in its execution order, with the types ORT infers from the model."""
         return self._planning_graph
 
-    def _planning_view(self, order):
+    def _planning_view(self, order, declared):
         """planning_view of the graph that runs; without types when ORT's inference cannot type it (the plan
         then reuses no buffer through the freelist, and still releases each value after its last reader)."""
         try:
-            return planning_view(self.graph, order, self.model)
+            return planning_view(self.graph, order, declared)
         except OrtlabError as exc:
             self.log.info("allocation_planner.cc", f"no value types for the allocation plan: {exc}")
             return SessionGraph(self.graph, {}, [])

@@ -88,10 +88,7 @@ class Graph:
     def to_model(self):
         """An onnx.ModelProto: nodes in index order when that is topological, else in ORT's
         default order (as Graph::ToGraphProto writes them); value_info for every known type."""
-        try:
-            order = self.nodes() if orders.is_topological(self.nodes()) else orders.reverse_dfs_order(self)
-        except orders.GraphCycleError:
-            order = self.nodes()  # keep what we have; resolve() explains the cycle
+        order = self.proto_order()
         special = set(self.inputs) | set(self.outputs) | set(self.initializers)
         value_info = [self._value_info(a) for n, a in self._args.items()
                       if n not in special and a.type_proto is not None and n in self._producers]
@@ -114,6 +111,39 @@ class Graph:
         for name in ("metadata_props", "functions", "training_info"):
             getattr(model, name).extend(fields.get(name, []))
         return model
+
+    def proto_order(self):
+        """The live nodes in the order to_model() writes them: index order when that is topological, else
+        ORT's default order."""
+        try:
+            return self.nodes() if orders.is_topological(self.nodes()) else orders.reverse_dfs_order(self)
+        except orders.GraphCycleError:
+            return self.nodes()  # keep what we have; resolve() explains the cycle
+
+    def renumber(self, order):
+        """Number the live nodes 0, 1, ... in `order` (each of them once), in place: the indices a Graph loaded
+        from a model listing them so would give (with `proto_order()`, node k is then node k of to_model()).
+        The Node objects stay the same; removed nodes leave no gap."""
+        order = list(order)
+        if len(order) != len(self.nodes()) or {id(n) for n in order} != {id(n) for n in self.nodes()}:
+            raise GraphError("renumber() takes every live node of the graph once")
+        self._nodes, self._producers, self._consumers = order, {}, {}
+        for index, node in enumerate(order):
+            node.index = index
+            for arg in node.inputs:
+                self._link(self._consumers, arg.name, index)
+            for arg in node.outputs:
+                self._link(self._producers, arg.name, index)
+        self._holders = {n.index for n in order if n.holds_subgraphs()}
+
+    def clean_node_args(self):
+        """Drop the NodeArgs that no input, output, initializer or live node names (the NodeArg half of ORT's
+        Graph::CleanUnusedInitializersAndNodeArgs, which Graph::Resolve runs), and list the others as
+        from_model() creates them: inputs, outputs, initializers, then each node's inputs and outputs in index
+        order. The NodeArg objects stay the same; to_model() writes value_info in this order."""
+        names = list(self.inputs) + list(self.outputs) + list(self.initializers)
+        names += [arg.name for node in self.nodes() for arg in node.inputs + node.outputs if arg.exists()]
+        self._args = {name: self._args[name] for name in dict.fromkeys(names) if name in self._args}
 
     def save(self, path):
         onnx.save(self.to_model(), str(path))

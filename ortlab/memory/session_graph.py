@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 
 from ortlab.ir import Graph
-from ortlab.ir.shape_inference import declared_types, infer_types
+from ortlab.ir.shape_inference import infer_types
 
 class SessionGraph(NamedTuple):
     """The graph ORT plans, its values' types (ORT's view) and the function ops it inlined."""
@@ -20,13 +20,22 @@ class SessionGraph(NamedTuple):
     inlined: list
 
 
-def planning_view(graph, order, model):
+def declarations(graph):
+    """{value name: TypeProto} that `graph` declares, read before the engine re-infers its values: the types of
+    its inputs, outputs and initializers and of every value a node produces (the value_info of the model it
+    stands for, as Graph::ToGraphProto writes it). ortlab.engine reads them from its one Graph after the
+    transformers ran, so they are the transformed model's declarations, which ORT's Graph::Resolve starts from."""
+    named = set(graph.inputs) | set(graph.outputs) | set(graph.initializers)
+    named |= {arg.name for node in graph.nodes() for arg in node.outputs}
+    return {arg.name: arg.type_proto for arg in graph.node_args() if arg.type_proto is not None and arg.name in named}
+
+
+def planning_view(graph, order, declared):
     """SessionGraph over a graph its owner already built the way ORT does (ortlab.engine's partitioned graph:
     constants as initializers, function ops inlined, duplicate Casts removed), the graph itself neither
     copied nor changed, so the plan is of the very graph that runs. Types: what ORT's Graph::Resolve infers
-    over `order` from the declarations of `model` (the ModelProto that graph was loaded from), not the
+    over `order` from `declared` (the declarations of that graph, read before the engine resolved it), not the
     fuller shapes onnx's own inference may have given the graph's NodeArgs."""
-    declared = declared_types(Graph.from_model(model, constants_as_initializers=True))
     return SessionGraph(graph, infer_types(graph, order, declared), [])
 
 

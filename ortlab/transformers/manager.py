@@ -1,7 +1,9 @@
 """GraphTransformerManager and optimize(): run the registered transformers level by level until nothing changes.
 
 Mirrors onnxruntime/core/optimizer/graph_transformer_mgr.h/.cc (ApplyTransformers) and the
-level loop of InferenceSession::TransformGraph (onnxruntime/core/session/inference_session.cc).
+level loop of InferenceSession::TransformGraph (onnxruntime/core/session/inference_session.cc):
+transform_graph changes a Graph in place (what ortlab.engine's session does to its one Graph);
+optimize() does it to a Graph loaded from a copy of a model and returns the model it becomes.
 For each level, step after step up to the step limit: every transformer of the level in the
 order it was registered with the manager (from_registry: ORT's order, registry.ORT_ORDER and
 ORT_RULE_ORDER; apply-once ones in the first step only), the graph re-resolved after each
@@ -118,16 +120,13 @@ class GraphTransformerManager:
             list(transformer.fused), list(transformer.declined), _fires(transformer, modified)))
         return modified
 
-    def optimize(self, model, level=None):
-        """A new, optimized onnx.ModelProto; `model` itself is never changed.
-
-        The graph is loaded as ORT loads it (Constant nodes become initializers) and
-        resolved first, so a malformed model fails with a message naming the node.
-        """
-        if level is not None:
-            registry._check_level(level)
-        levels = [lv for lv in self.transformers if level is None or lv <= level]
-        graph = Graph.from_model(_copy(model), constants_as_initializers=True)
+    def transform_graph(self, graph, level=None):
+        """Transform `graph` in place (InferenceSession::TransformGraph): resolve it first, so that a malformed
+        model fails with a message naming the node, then run each level's transformers up to `level`
+        (apply_transformers). Returns whether anything changed; once anything did, every subgraph is written
+        from its Graph (load_bodies), as ORT writes a changed model. ortlab.engine's InferenceSession calls
+        this on the one Graph it loaded, as ORT's session transforms its own Graph."""
+        levels = self._levels(level)
         graph.resolve()
         self.history = []
         modified = False
@@ -135,7 +134,24 @@ class GraphTransformerManager:
             modified |= self.apply_transformers(graph, lv)
         if modified:  # ORT writes a changed model's subgraphs from their Graphs, untouched ones too
             load_bodies(graph)
+        return modified
+
+    def optimize(self, model, level=None):
+        """A new, optimized onnx.ModelProto; `model` itself is never changed.
+
+        The graph is loaded from a copy as ORT loads it (Constant nodes become initializers),
+        transformed in place (transform_graph) and written back as a model.
+        """
+        self._levels(level)
+        graph = Graph.from_model(_copy(model), constants_as_initializers=True)
+        self.transform_graph(graph, level)
         return graph.to_model()
+
+    def _levels(self, level):
+        """The levels to run, in order: all those registered, or those up to `level` (checked)."""
+        if level is not None:
+            registry._check_level(level)
+        return [lv for lv in self.transformers if level is None or lv <= level]
 
     # --- what happened ---------------------------------------------------------------------------
 
