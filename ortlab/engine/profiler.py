@@ -35,22 +35,39 @@ class Profiler:
     def __init__(self, prefix):
         check_prefix(prefix)
         self.prefix, self.events = prefix, []
+        self._names, self._types = {}, {}  # per step and per dtype: what every event repeats
         self.start = time.perf_counter()
 
     def _us(self, t):
         return (t - self.start) * 1e6
 
     def node_event(self, step, frame, start, end):
-        outputs = [frame.values[s] for s in step.outputs if s >= 0]
-        shapes = [{str(getattr(v, "dtype", "?")).replace("torch.", ""): list(getattr(v, "shape", ()))}
-                  for v in outputs]
-        name = step.node.name or step.node.output_names[0]
-        self.events.append({"cat": "Node", "name": f"{name}_kernel_time", "ph": "X", "pid": 0, "tid": 0,
+        values = frame.values
+        outputs = [values[s] for s in step.outputs if s >= 0]
+        shapes = [{self._type_name(getattr(v, "dtype", "?")): list(getattr(v, "shape", ()))} for v in outputs]
+        name, op_name, provider, index = self._node_names(step)
+        self.events.append({"cat": "Node", "name": name, "ph": "X", "pid": 0, "tid": 0,
                             "ts": self._us(start), "dur": (end - start) * 1e6,
-                            "args": {"op_name": step.node.op_type, "provider": step.provider.type,
-                                     "node_index": str(step.node.index),
+                            "args": {"op_name": op_name, "provider": provider, "node_index": index,
                                      "output_size": str(sum(nbytes(v) for v in outputs)),
                                      "output_type_shape": shapes}})
+
+    def _node_names(self, step):
+        """What a node's events always say about it (its event name, op, EP, index), worked out on its first
+        event: the profiler's own cost, per node, is part of the run it measures."""
+        found = self._names.get(id(step))
+        if found is None or found[0] is not step:
+            node = step.node
+            found = self._names[id(step)] = (step, (f"{node.name or node.output_names[0]}_kernel_time",
+                                                    node.op_type, step.provider.type, str(node.index)))
+        return found[1]
+
+    def _type_name(self, dtype):
+        """str(dtype) ('float32'; a torch dtype without 'torch.'), remembered per dtype."""
+        found = self._types.get(dtype)
+        if found is None:
+            found = self._types[dtype] = str(dtype).replace("torch.", "")
+        return found
 
     def session_event(self, name, start, end):
         self.events.append({"cat": "Session", "name": name, "ph": "X", "pid": 0, "tid": 0,
