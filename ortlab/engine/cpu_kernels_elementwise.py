@@ -12,7 +12,7 @@ from ortlab.engine.cpu_execution_provider import ReferenceKernel, override_refer
 from ortlab.engine.errors import KernelFailure
 from ortlab.engine.kernel_registry import CPU, register_op_kernel
 from ortlab.engine.cpu_kernels import is_custom_dtype
-from ortlab.engine.cpu_kernels_ordering import _rows_extreme
+from ortlab.engine.cpu_kernels_ordering import rows_extreme
 
 
 # --- Relu, Sqrt -------------------------------------------------------------------------------
@@ -175,7 +175,7 @@ class OrtHardmax(OrtEmptyPassThrough):
         work = np.ascontiguousarray(np.swapaxes(x, axis, -1)) if swapped else x
         width = work.shape[-1] if swapped or self.info.node.since_version >= 13 else int(np.prod(x.shape[axis:]))
         rows = work.reshape(-1, width)
-        best = _rows_extreme(rows, np.arange(rows.shape[0]) * width, True)
+        best = rows_extreme(rows, np.arange(rows.shape[0]) * width, True)
         equal = rows == best[:, None]
         y = np.zeros_like(rows)
         hit = equal.any(axis=1)

@@ -430,7 +430,7 @@ def packetwise_extreme(moved, largest):
     return acc
 
 
-def _rows_extreme(rows, starts, largest):
+def rows_extreme(rows, starts, largest):
     """eigen_redux_extreme of each row [R, n], row r starting at element offset starts[r]."""
     result = np.empty(rows.shape[0], rows.dtype)
     lanes = 16 // rows.dtype.itemsize
@@ -462,7 +462,7 @@ def _reduce_rkr(x3, largest):
     out = x3[0, :, 0].copy()
     for i in range(d0):
         starts = i * d1 * d2 + np.arange(d1) * d2
-        out = pick(out, _rows_extreme(x3[i], starts, largest))
+        out = pick(out, rows_extreme(x3[i], starts, largest))
     return out
 
 
@@ -483,7 +483,7 @@ def ort_reduce_extreme(x, axes, keepdims, largest):
     kinds = "".join("K" if kept else "R" for kept, _ in groups)
     if kinds in ("R", "KR"):
         rows = x.reshape(-1, sizes[-1])
-        return _rows_extreme(rows, np.arange(rows.shape[0]) * rows.shape[1], largest).reshape(out_shape)
+        return rows_extreme(rows, np.arange(rows.shape[0]) * rows.shape[1], largest).reshape(out_shape)
     if kinds == "KRK" and sizes[0] >= 2:
         return _reduce_krk(x.reshape(sizes), largest).reshape(out_shape)
     if kinds == "RKR" and sizes[1] >= 2:

@@ -25,7 +25,7 @@ import traceback
 
 from ortlab.labs.build import stub_pattern
 from ortlab.labs.checks import judge
-from ortlab.labs.rank_jobs import RankJobError, _write_new, job_source, load_job, module_source
+from ortlab.labs.rank_jobs import RankJobError, write_new, job_source, load_job, module_source
 from ortlab.labs.remote import learner, probe
 
 EXERCISES = ("ring_all_reduce", "average_gradients", "zero1_step")
@@ -454,7 +454,7 @@ def run_sets(sets, world_size=WORLD_SIZE, timeout=TIMEOUT):
         folder = tempfile.mkdtemp(prefix="ortlab-lab07-")
         try:
             everything = [(e, fn) for names in todo for e, fn in names.items()]
-            path = _write_new(os.path.join(folder, "lab07_job.py"), module_source(everything))
+            path = write_new(os.path.join(folder, "lab07_job.py"), module_source(everything))
             plan = [{e: fn.__name__ for e, fn in names.items()} for names in todo]
             try:
                 launch(grade_rank, world_size, args=(path, plan), timeout=timeout)
@@ -527,7 +527,7 @@ def job_script(average_gradients, steps=5):
 
 def save_job_script(text, path):
     """Write a job script to `path` (a new file: never overwrites one); return the path."""
-    return _write_new(path, text)
+    return write_new(path, text)
 
 
 def torchrun_commands(script, nodes=2, procs_per_node=1, master_addr="node0.example.org", master_port=29500):

@@ -61,7 +61,7 @@ def _build(name):
 
 
 @functools.lru_cache(maxsize=None)
-def _case(name):
+def planning_case(name):
     return Case(name, *_build(name))
 
 
@@ -69,14 +69,14 @@ def case(name):
     """The Case called `name` (one of SEEN; the checks also use cases the notebook does not show)."""
     if not isinstance(name, str) or name not in SEEN:
         raise CheckFailed(f"case() takes a case's name, one of {SEEN}, not {name!r}")
-    return _case(name)
+    return planning_case(name)
 
 
 @functools.lru_cache(maxsize=None)
 def ort_block(name):
     """The bytes ORT 1.19.2 asks its CPU arena for on the case's first run: its memory-pattern block
     (ORT_DISABLE_ALL, default order, reuse on; read from ORT's verbose log)."""
-    c = _case(name)
+    c = planning_case(name)
     requests = views.arena_requests(views.ort_first_run_log(c.model, c.feeds))
     if not requests or c.plan.peak_bytes <= FIRST_REGION:
         raise CheckFailed(f"ORT logged no arena request for case {name!r}: its block fit in the arena's first "
@@ -201,7 +201,7 @@ def planner_table(better_planner, names=SEEN):
     lower bound, with how far each is above the bound."""
     rows = []
     for name in names:
-        c = _case(name)
+        c = planning_case(name)
         tensors = pattern_tensors(c)
         yours = placement(c, better_planner(list(tensors))).peak_bytes
         bound = c.plan.lower_bound_bytes
@@ -221,7 +221,7 @@ def engine_table(better_planner, names=SEEN):
 
     rows = []
     for name in names:
-        c = _case(name)
+        c = planning_case(name)
         predicted = placement(c, better_planner(list(pattern_tensors(c)))).peak_bytes
         runs = {}
         for pattern in (True, False):

@@ -146,10 +146,10 @@ def job_source(**functions):
 
 def write_job(folder, **functions):
     """Write job_source(**functions) to a new file in `folder`; return its path (never overwrites a file)."""
-    return _write_new(os.path.join(folder, "lab07_job.py"), job_source(**functions))
+    return write_new(os.path.join(folder, "lab07_job.py"), job_source(**functions))
 
 
-def _write_new(path, text):
+def write_new(path, text):
     if os.path.exists(path):
         raise RankJobError(f"{path} exists; the lab never overwrites a file: choose a new name or folder")
     with open(path, "x", encoding="utf-8") as f:

@@ -200,7 +200,7 @@ class Plan:
         return trace
 
 
-def _session_graph(model):
+def session_graph_for(model):
     if isinstance(model, SessionGraph):
         return model
     if isinstance(model, (str, Path)):
@@ -296,7 +296,7 @@ def plan(model, input_shapes, order="default", enable_mem_reuse=True, declaratio
         raise PlanError(f"declarations must be 'ort' or a function node -> KernelDef (for the engine's CPU EP: "
                         f"ortlab.engine.cpu_execution_provider.declaration), not {declarations!r}")
     input_shapes = _shapes(input_shapes)  # before any planning: a bad argument fails at once
-    graph, types, _ = _session_graph(model)
+    graph, types, _ = session_graph_for(model)
     nested = [n for n in graph.nodes()
               if any(a.type in (a.GRAPH, a.GRAPHS) for a in n.attribute_protos.values())]
     if nested:

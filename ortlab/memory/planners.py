@@ -23,7 +23,7 @@ import numpy as np
 
 from ortlab.errors import OrtlabError
 from ortlab.memory.allocation_planner import K_ALLOCATE, K_ALLOCATE_OUTPUT
-from ortlab.memory.plan import ORDERS, _session_graph
+from ortlab.memory.plan import ORDERS, session_graph_for
 from ortlab.memory.plan import plan as make_plan
 from ortlab.memory.validator import validate
 from ortlab.registry import Registry
@@ -256,7 +256,7 @@ def compare_planners(model, input_shapes, orders=ORDERS, enable_mem_reuse=True):
     """A Table, one row per execution order: ORT's block (plan().peak_bytes), greedy by size's (first
     and best fit), the lower bound, and each planner's bytes over the bound. Every greedy placement is
     validated (ortlab.memory.validate) before it is reported."""
-    shared = _session_graph(model)   # planned once, shared by the orders
+    shared = session_graph_for(model)   # planned once, shared by the orders
     rows = []
     for order in orders:
         p = make_plan(shared, input_shapes, order=order, enable_mem_reuse=enable_mem_reuse)
@@ -281,7 +281,7 @@ def peak_by_order(model, input_shapes, orders=ORDERS, enable_mem_reuse=True):
     known only at run time) and the graph outputs (allocated at run time). Recompute (ORTModule's
     memory optimizer) changes the graph, not the planner: plan the graph ORT's optimizer makes
     (ortlab.walkthroughs.memory_recompute.recompute_graphs; recompute_peaks sets both blocks side by side)."""
-    shared = _session_graph(model)   # planned once, shared by the orders
+    shared = session_graph_for(model)   # planned once, shared by the orders
     rows = []
     for order in orders:
         p = make_plan(shared, input_shapes, order=order, enable_mem_reuse=enable_mem_reuse)

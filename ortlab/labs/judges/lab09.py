@@ -7,8 +7,8 @@ in tests/test_memory.py) and, for the block, ORT 1.19.2 itself: the bytes it ask
 session's first run, read from its verbose log.
 """
 from ortlab.labs.checks import CheckFailed, call_learner
-from ortlab.labs.lab09 import (SEEN, Alloc, Lifetime, _case, block_of, exercise_inputs, ort_block, pattern_events,
-                               pattern_tensors, peak, placement)
+from ortlab.labs.lab09 import (SEEN, Alloc, Lifetime, block_of, exercise_inputs, ort_block, pattern_events,
+                               pattern_tensors, peak, placement, planning_case)
 from ortlab.labs.remote import function
 from ortlab.memory.mem_pattern_planner import MemPatternPlanner
 from ortlab.memory.validator import PlanValidationError
@@ -18,7 +18,7 @@ HIDDEN = ("random dag 101", "random dag 202", "random dag 303", "bert training")
 
 def case(name):
     """A case by name: the notebook's (SEEN) or the hidden ones."""
-    return _case(name)
+    return planning_case(name)
 
 
 def reference_lifetimes(c):
