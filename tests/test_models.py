@@ -44,12 +44,15 @@ def test_a_training_step_takes_well_under_a_second(name):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     inputs = model.example_inputs()
     model(*inputs).backward()  # warm up
-    start = time.perf_counter()
-    opt.zero_grad()
-    loss = model(*inputs)
-    loss.backward()
-    opt.step()
-    assert time.perf_counter() - start < 0.5
+    times = []
+    for _ in range(3):  # the fastest of three: another job on the same cores slows one step, not all
+        start = time.perf_counter()
+        opt.zero_grad()
+        loss = model(*inputs)
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - start)
+    assert min(times) < 0.5, times
     assert loss.ndim == 0 and torch.isfinite(loss)
 
 

@@ -21,8 +21,9 @@ needs_mpi = pytest.mark.skipif(shutil.which("mpirun") is None or not HAVE_MPI4PY
 @needs_mpi
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_mpi_allreduce_equals_arithmetic_and_torch_distributed(world_size):
-    reports = dm.mpi_all_reduce(world_size)
-    by_torch = launch(dm.torch_all_reduce, world_size)
+    reports = dm.mpi_all_reduce(world_size, timeout=240)
+    # 3 ranks on 2 busy cores each import torch before the first collective: minutes, not seconds
+    by_torch = launch(dm.torch_all_reduce, world_size, timeout=240)
     arithmetic = [sum(i * (r + 1) for r in range(world_size)) for i in range(4)]
     assert [r["rank"] for r in reports] == list(range(world_size))
     for mpi, torch_rank in zip(reports, by_torch):
