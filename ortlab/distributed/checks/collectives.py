@@ -48,16 +48,26 @@ def gloo_capability_errors(rank, world_size):
     """Rank function: try the three collectives gloo does not implement; return {call: error text}.
 
     The texts teach backend capabilities (NCCL has all three); GLOO_ALTERNATIVES says what to use.
-    A call that unexpectedly works is reported as 'no error'.
+    A call that unexpectedly works is reported as 'no error'. Each rank tries them in a gloo group of
+    its own (one member), so a refusal gloo reports late, from its worker thread, can only reach the
+    rank that made the call: tried in the shared group, a late refusal on one rank and an early one on
+    the other left the ranks' barriers out of step, and one rank waited forever (seen once, under load).
     """
+    own = [dist.new_group([r], backend="gloo") for r in range(world_size)][rank]  # every rank makes every group
     calls = {
-        "all_reduce(op=ReduceOp.AVG)": lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.AVG),
-        "reduce_scatter (list form)": lambda: dist.reduce_scatter(
-            torch.empty(2), [torch.ones(2) for _ in range(world_size)]),
-        "all_to_all (list form)": lambda: dist.all_to_all(
-            [torch.empty(2) for _ in range(world_size)], [torch.ones(2) for _ in range(world_size)]),
+        "all_reduce(op=ReduceOp.AVG)": lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.AVG, group=own),
+        "reduce_scatter (list form)": lambda: dist.reduce_scatter(torch.empty(2), [torch.ones(2)], group=own),
+        "all_to_all (list form)": lambda: dist.all_to_all([torch.empty(2)], [torch.ones(2)], group=own),
     }
-    return error_texts(calls, RuntimeError, _first_line)
+    found = {}
+    for name, call in calls.items():
+        try:
+            call()
+            dist.barrier(group=own)  # a late refusal surfaces here, still on this rank and this call
+            found[name] = "no error"
+        except RuntimeError as exc:
+            found[name] = _first_line(exc)
+    return found
 
 
 def example_tensor(rank, shape, seed=0):
