@@ -1,8 +1,10 @@
 """Command line for the labs: build, check, grade (see ortlab.labs)."""
 import argparse
 import sys
+from pathlib import Path
 
 from ortlab.errors import OrtlabError
+from ortlab.labs import answers as walkthrough_answers
 from ortlab.labs import build as lab_build
 from ortlab.labs import grade as lab_grade
 
@@ -37,8 +39,12 @@ def main(argv=None):
                 print(f"out of date: {path}")
             if stale:
                 print("run `python -m ortlab.labs build` to regenerate labs/ from solutions/")
+            unmatched = walkthrough_answers.check_all(Path(args.solutions or "solutions") / "walkthroughs")
+            for problem in unmatched:
+                print(f"walkthrough: {problem}")
+            if stale or unmatched:
                 return 1
-            print(f"{args.labs}/ is up to date")
+            print(f"{args.labs}/ is up to date; every walkthrough's exercises have answers")
             return 0
         results, problem = lab_grade.grade(args.notebook, timeout=args.timeout, solutions_dir=args.solutions)
         print(lab_grade.table(results))

@@ -37,6 +37,7 @@ import nbformat
 
 from ortlab.errors import OrtlabError
 from ortlab.labs.build import BEGIN, marker_ids, stub_pattern, strip_solution
+from ortlab.labs import answers as walkthrough_answers
 from ortlab.labs import checks, isolation, remote
 from ortlab.labs.checks import CHECK_MIME, CheckResult
 from ortlab.labs.remote import Learner
@@ -59,14 +60,14 @@ def _read_notebook(path, role):
 
 
 def lab_path(given):
-    """The notebook `given` names: a path as given, or a lab's name or id ("lab01", "lab01_compose_onnx_model",
-    with or without .ipynb) looked up in the current folder, then in this checkout's labs/, so that grading
-    works from any folder and from a `!` cell in labs/."""
+    """The notebook `given` names: a path as given, or a lab's or walkthrough's name or id ("lab01",
+    "lab01_compose_onnx_model", "L1_05", with or without .ipynb) looked up in the current folder, then in this
+    checkout's labs/ and notebooks/, so that grading works from any folder and from a `!` cell."""
     path = Path(given)
     if path.exists() or path.parent != Path("."):
         return path
     stem = path.name[:-len(".ipynb")] if path.name.endswith(".ipynb") else path.name
-    for folder in (Path.cwd(), REPO / "labs"):
+    for folder in (Path.cwd(), REPO / "labs", REPO / "notebooks"):
         found = sorted(folder.glob(f"{stem}.ipynb")) or sorted(folder.glob(f"{stem}_*.ipynb"))
         if len(found) == 1:
             return found[0]
@@ -83,7 +84,8 @@ def load_lab(path):
         raise GradeError(f"{path} is a folder; give one lab notebook, e.g. labs/lab01_compose_onnx_model.ipynb")
     nb = _read_notebook(path, "a lab")
     recorded = nb.metadata.get("ortlab", {}).get("lab", {}) if isinstance(nb.metadata.get("ortlab"), dict) else {}
-    if not (isinstance(recorded, dict) and recorded.get("exercises")) and not marker_ids(nb):
+    if not (isinstance(recorded, dict) and recorded.get("exercises")) and not marker_ids(nb) \
+            and not walkthrough_answers.has_answers(path.name):
         raise GradeError(f"{path} is not an ortlab lab: it has no exercises "
                          "(labs are generated into labs/ by `python -m ortlab.labs build`)")
     return nb
@@ -119,6 +121,8 @@ def find_reference(path, nb, solutions_dir=None):
     if isinstance(recorded, dict) and isinstance(recorded.get("solution"), str):
         names.append(Path(recorded["solution"]).name)  # a name only: never a path the lab chooses
     folder = Path(solutions_dir) if solutions_dir is not None else SOLUTIONS
+    if walkthrough_answers.has_answers(path.name, folder / "walkthroughs"):
+        return _walkthrough_reference(path, folder / "walkthroughs")
     for name in dict.fromkeys(names):
         candidate = folder / name
         if candidate.is_file():
@@ -130,6 +134,20 @@ def find_reference(path, nb, solutions_dir=None):
     raise GradeError(f"{path}: cannot find the solution this lab was generated from (looked for "
                      f"{' and '.join(dict.fromkeys(names))} in {folder}/), so there is nothing to grade "
                      "it against; keep the lab's file name, or pass --solutions <folder holding its solution>")
+
+
+def _walkthrough_reference(path, answers_dir):
+    """A walkthrough's reference: this checkout's notebooks/<name>.ipynb (never the learner's copy) with the
+    answers of solutions/walkthroughs/<name>.py in place of its stubs (ortlab.labs.answers)."""
+    source = walkthrough_answers.NOTEBOOKS / f"{Path(path).stem}.ipynb"
+    if not source.is_file():
+        raise GradeError(f"{path}: the walkthrough it is a copy of ({source}) is missing; restore it with git")
+    try:
+        answers = walkthrough_answers.load(path.name, answers_dir)
+    except OrtlabError as exc:
+        raise GradeError(str(exc)) from None
+    walkthrough = _read_notebook(source, "the walkthrough")
+    return walkthrough_answers.reference(walkthrough, answers), f"{source} with {answers.path}"
 
 
 def _check_cells(cell):
