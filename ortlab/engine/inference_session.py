@@ -22,6 +22,8 @@ from onnx import helper
 from ortlab.engine.errors import InvalidArgument, InvalidGraph, NotImplementedKernel
 import ortlab.engine.cpu_execution_provider  # noqa: F401 (registers the CPU EP)
 import ortlab.engine.cpu_kernels  # noqa: F401 (these three register ORT's CPU kernels where
+import ortlab.engine.cpu_kernels_signal  # noqa: F401 (DFT, STFT in the signal's own type)
+import ortlab.engine.cpu_kernels_pool  # noqa: F401 (MaxPool: ceil_mode and Indices)
 import ortlab.engine.cpu_kernels_ordering  # noqa: F401  onnx.reference computes differently, in this order)
 import ortlab.engine.cpu_kernels_elementwise  # noqa: F401
 import ortlab.engine.cpu_kernels_subgraph  # noqa: F401 (Loop, Scan, SequenceMap)
