@@ -84,7 +84,7 @@ def _preload():
     (and torch, which ORT's training build loads) already imported, instead of seconds of imports."""
     import ortlab.gradients.ort  # noqa: F401
     import ortlab.session  # noqa: F401
-    import ortlab.walkthroughs.memory_recompute  # noqa: F401
+    import ortlab.memory.ort_arena_log  # noqa: F401
 
 
 def _serve(send, fn, args, parent):
@@ -211,7 +211,7 @@ def run_model(model, feeds):
 
 def ort_block(model, feeds):
     """The memory-pattern block ORT asks its CPU arena for on the first run (None when not logged)."""
-    from ortlab.walkthroughs.memory_recompute import ort_block as block
+    from ortlab.memory.ort_arena_log import ort_block as block
 
     try:
         return block(model, feeds)

@@ -20,6 +20,8 @@ mem_pattern_planner (mem_pattern_planner.h, session_state.cc's static planning),
 (ort_value_name_idx_map.h).
 caching_allocator mirrors PyTorch's c10/cuda/CUDACachingAllocator.cpp; planners holds greedy by size
 (Pisarchyk and Lee 2020), which is not ORT's.
+ort_arena_log reads ORT's own arena from its log (ort_first_run_log, arena_requests, ort_block): what
+the mirrors are checked against.
 """
 from ortlab.memory.bfc_arena import AllocatorStats, ArenaError, BFCArena
 from ortlab.memory.session_graph import SessionGraph, session_graph

@@ -9,27 +9,23 @@ Nothing here plans or allocates: each view reads a Plan (ortlab.memory.plan) or 
     ort_first_run_log(model, feeds)   ORT 1.19.2's log lines of its first run (the reference)
     arena_requests(lines) / arena_growth(lines)   what ORT's arena was asked for when it grew, and by how much
     arena_lines(lines)                ORT's arena messages, comparable with BFCArena().lines()
+                                      (the log and its readers: ortlab.memory.ort_arena_log's, imported here)
     use_count_table(plan)             ComputeReuseCount's starting counts, and where each +1 came from
     decision_table(plan)              one row per node output in execution order: what the planner chose
     freelist_table(plan)              each freelist reuse, and how long the buffer sat idle before it
     live_bytes(plan) / plot_live_bytes({label: plan})   bytes of planned buffers live at each program counter
     chunk_table(arena) / snapshot(arena) / plot_arena(snapshots)   the arena's chunks, as text or bars
 """
-import re
-
 import numpy as np
 
 from ortlab.memory.allocation_planner import K_REUSE
 from ortlab.memory.bfc_arena import bin_num_for_size
+from ortlab.memory.ort_arena_log import (  # noqa: F401 (ORT's log readers, read here by the notebook)
+    arena_growth, arena_lines, arena_requests, log_message, ort_first_run_log, unresolved_indices)
 from ortlab.ops.kernel_declarations import ort_declaration
 from ortlab.viz import Table
 
 KIB = 1024
-EXTENDING = re.compile(r"Extending BFCArena for Cpu\. bin_num:\d+ \(requested\) num_bytes: (\d+)")
-ARENA_LINE = re.compile(r"(Extending BFCArena for Cpu.*|Extended allocation by.*|Total allocated bytes.*|"
-                        r"Reserving memory.*)$")
-GROWTH = re.compile(r"Extended allocation by (\d+) bytes")
-UNRESOLVED = re.compile(r"\[Static memory planning\] Could not resolve shape for tensor with ML index (\d+)")
 
 
 # --- the example and the reference -----------------------------------------------------------------
@@ -76,57 +72,6 @@ def rules_model():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
-
-
-def ort_first_run_log(model, feeds, order="default", enable_mem_reuse=True, enable_mem_pattern=True):
-    """The lines ORT 1.19.2 logs (verbose) during the first run of a fresh CPU session, graph
-    optimizations off, one intra-op thread (a thread pool's threads would log their start, at any
-    moment, into whatever runs next). The arena's lines come from ORT's default logger, written by C++
-    to file descriptor 2, so they are captured there (ortlab.capture)."""
-    from ortlab import session
-    from ortlab.capture import captured_lines
-    from ortlab.env import quiet_import
-
-    ort = quiet_import("onnxruntime")
-    ort.set_default_logger_severity(0)
-    try:
-        so = session.session_options("disable", order, enable_mem_pattern=enable_mem_pattern,
-                                     enable_mem_reuse=enable_mem_reuse, intra_op_num_threads=1)
-        so.log_severity_level = 0
-        with captured_lines(fds=(2,), python=False):
-            sess = session.create(model, so, ["CPUExecutionProvider"])
-        with captured_lines(fds=(2,), python=False) as run:
-            sess.run(None, feeds)
-    finally:
-        ort.set_default_logger_severity(2)
-    return run
-
-
-def arena_requests(lines):
-    """The `num_bytes` of every "Extending BFCArena for Cpu ... (requested) num_bytes: N" line."""
-    return [int(m.group(1)) for line in lines if (m := EXTENDING.search(line))]
-
-
-def arena_growth(lines):
-    """The byte counts of every "Extended allocation by N bytes." line (each growth of ORT's arena)."""
-    return [int(m.group(1)) for line in lines if (m := GROWTH.search(line))]
-
-
-def arena_lines(lines):
-    """ORT's arena messages (Extending / Extended allocation / Total allocated / Reserving), worded as
-    BFCArena.lines() words them."""
-    return [m.group(1) for line in lines if (m := ARENA_LINE.search(line))]
-
-
-def unresolved_indices(lines):
-    """The ML indices of ORT's "[Static memory planning] Could not resolve shape" lines."""
-    return [int(m.group(1)) for line in lines if (m := UNRESOLVED.search(line))]
-
-
-def log_message(line):
-    """An ORT log line without its timestamp and severity prefix (from the source file on)."""
-    found = re.search(r"\S+\.cc:\d+ .*$", line)
-    return found.group(0) if found else line
 
 
 RANDOM_UNARY = ("Relu", "Neg", "Sigmoid", "Tanh", "Abs")

@@ -38,6 +38,7 @@ from onnx import helper
 from ortlab.capture import captured_lines
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
+from ortlab.memory.ort_arena_log import ort_block
 from ortlab.viz import Table
 
 MS = "com.microsoft"
@@ -248,16 +249,6 @@ def recompute_graphs(name="gpt", batch=32, seq=16, plans="all", builder="ortlab"
     recomputed, log = apply(yielded, list(plans), probe)
     return RecomputeGraphs(without_yield_op(plain, training), without_yield_op(recomputed, training), feeds,
                            list(plans), found, log)
-
-
-def ort_block(model, feeds, order="default"):
-    """The memory-pattern block ORT 1.19.2 asks its CPU arena for on the model's first run (the first
-    "Extending BFCArena ... (requested) num_bytes" line, as tests/test_memory.py reads it), or None when
-    the block fits in the arena's first region and nothing is logged."""
-    from ortlab.walkthroughs.memory import arena_requests, ort_first_run_log
-
-    requests = arena_requests(ort_first_run_log(model, feeds, order))
-    return requests[0] if requests else None
 
 
 FIRST_REGION = 1 << 20  # the CPU arena's first region, reserved at session creation (BFCArena's initial chunk)
