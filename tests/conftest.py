@@ -1,12 +1,17 @@
 import os
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+from repo_paths import FIXTURES, ROOT, TESTS  # noqa: F401 (FIXTURES: also imported from here)
+
+# Each folder of tests/ on sys.path, as tests/ itself is (pytest puts it there for this file): a test imports the
+# helpers beside this file, and what another test module shares (test_engine's ZOO, test_browser's fixtures), by
+# bare name, from any folder. That is why no two test files anywhere under tests/ may share a name.
+for _folder in sorted({p.parent for p in TESTS.glob("*/test_*.py")}):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
 
 @pytest.fixture

@@ -1,4 +1,7 @@
-"""Small models the engine tests share: a chain, models with a Triton-claimable op, and the zoo."""
+"""Small models the engine tests share: a chain, models with a Triton-claimable op, and the zoo; and a Relu
+kernel swapped in for one block (relu_kernel)."""
+from contextlib import contextmanager
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -65,3 +68,19 @@ def training_graph(name, builder, batch=None, seq=16):
     feeds = dict(zip([i.name for i in exported.graph.input], (t.numpy() for t in inputs)))
     feeds.update({GRAD_OUTPUT.format(o): np.ones((), np.float32) for o in differentiable})
     return training, feeds
+
+
+@contextmanager
+def relu_kernel(fn, **kernel_def):
+    """`fn` as the CPU EP's Relu kernel inside the block; whatever was registered before comes back after."""
+    from ortlab.engine import kernel_registry, register_op_kernel, unregister_op_kernel
+
+    registry = kernel_registry("CPUExecutionProvider")
+    old = registry.kernels.get("Relu")
+    register_op_kernel("Relu", override=True, **kernel_def)(fn)
+    try:
+        yield
+    finally:
+        unregister_op_kernel("Relu")
+        if old is not None:
+            registry.register(old, override=True)

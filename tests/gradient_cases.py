@@ -164,7 +164,7 @@ CASES = [
          {"reduction": "sum", "ignore_index": 3}, id="SCELoss-sum-ignore"),
     Case("Where", [const(rng.random((2, 3)) > 0.5), x(2, 3), x(3)], torch.where, id="Where-broadcast"),
 ]
-# Builders added after the list above (tests/test_gradient_builders_more.py checks them further)
+# Builders added after the list above (tests/gradients/test_gradient_conv_pool_piecewise.py checks them further)
 CASES += [
     Case("Max", [x(2, 3), x(3)], torch.maximum, id="Max-broadcast"),
     Case("Min", [x(2, 3), x(2, 1)], torch.minimum, id="Min-broadcast"),

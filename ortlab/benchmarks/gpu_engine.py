@@ -9,7 +9,7 @@ CompareOpTester::CompareWithCPU (onnxruntime/test/providers/compare_provider_tes
 CPU EP and on a target EP and compares the fetches:
 
     cpu      the CPU EP alone: the reference (ortlab's CPU kernels, checked against ORT 1.19.2 by
-             tests/test_engine_cuda_ep*.py)
+             tests/engine/test_engine_cuda_ep*.py)
     cuda     CUDAExecutionProvider, then the CPU EP for the nodes it declines
     triton   TritonExecutionProvider, then the CPU EP
 

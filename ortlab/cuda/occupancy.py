@@ -14,7 +14,7 @@ The arithmetic of `cudaOccupancyMaxActiveBlocksPerMultiprocessor` (NVIDIA's occu
                1 KiB from compute capability 8.0 on), so floor(shared memory per SM / S) blocks
 
 Occupancy is active warps / max warps per SM. The limits per architecture are `archs.ARCHS`.
-tests/test_cuda_occupancy.py runs NVIDIA's own cuda_occupancy.h (from the nvidia-cuda-runtime-cu12
+tests/cuda/test_cuda_occupancy.py runs NVIDIA's own cuda_occupancy.h (from the nvidia-cuda-runtime-cu12
 wheel) on a sweep of about 19000 launches over every architecture here, and compares each answer.
 """
 from dataclasses import dataclass

@@ -1,7 +1,7 @@
 """CPU kernels where ORT 1.19.2 computes differently from onnx.reference: ORT's behaviour wins.
 
 Found by tools/probe_reference_vs_ort.py (onnx's backend node test cases run through both);
-checked by tests/test_engine_backend_cases.py, which runs those cases in ORT and in the engine.
+checked by tests/engine/test_engine_backend_cases.py, which runs those cases in ORT and in the engine.
 Each kernel names the difference and the ORT file it mirrors. Most subclass ReferenceKernel and
 hand the cases where the two agree back to onnx.reference. Where ORT is wrong by the ONNX spec
 (Float8 *FNUZ casts of tiny negatives), the kernel still does what ORT does, and says so.

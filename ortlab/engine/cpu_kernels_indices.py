@@ -5,7 +5,7 @@ numpy's IndexError); negative indices in range count from the end, as in ORT.
 
 Each is an override of onnx.reference's op (override_reference_op), so it holds inside If, Loop and
 Scan bodies too. OneHot needs no check: ORT gives a row of off values for an index out of range
-(cpu_kernels_elementwise.OrtOneHot). Checked by tests/test_engine_index_bounds.py.
+(cpu_kernels_elementwise.OrtOneHot). Checked by tests/engine/test_engine_index_bounds.py.
 """
 import numpy as np
 from onnx.defs import get_schema

@@ -1,7 +1,7 @@
 """CPU kernels for integer arithmetic where ORT 1.19.2's C++ gives an answer numpy does not: ORT's
 behaviour wins. Pow of integers: numpy refuses a negative exponent ("Integers to negative integer
 powers are not allowed") and wraps an overflow; ORT computes std::pow in double and converts back.
-Checked against ORT by tests/test_engine_integer_pow.py.
+Checked against ORT by tests/engine/test_engine_integer_pow.py.
 """
 import numpy as np
 from onnx.reference.ops import load_op

@@ -5,7 +5,7 @@ LpNormalization's L1 norm, LogSoftmax's far tail and Pad's negative pads, which 
 
 Each is an override of onnx.reference's op at the opsets it concerns (override_reference_op), so it
 also holds inside If, Loop and Scan bodies, and a kernel registered for the op (OrtSoftmax, OrtResize,
-OrtReduceMean...) runs it. Checked against ORT by tests/test_engine_opset_semantics.py.
+OrtReduceMean...) runs it. Checked against ORT by tests/engine/test_engine_opset_semantics.py.
 """
 import numpy as np
 from onnx.defs import get_schema

@@ -1,7 +1,7 @@
 """Ordering CPU kernels where ORT 1.19.2 computes differently from onnx.reference (TopK, ArgMax/ArgMin,
 ReduceMax/ReduceMin with ties, NaN and signed zeros), and ORT_VS_SPEC: every place where ORT's CPU
 kernels contradict the ONNX spec or leave open what the spec leaves open, one row each, shown by L0_04
-and pinned by tests/test_engine_special_values.py.
+and pinned by tests/engine/test_engine_special_values.py.
 """
 import numpy as np
 
@@ -15,7 +15,7 @@ from ortlab.engine.cpu_kernels import is_custom_dtype
 # Where ORT 1.19.2's CPU kernels contradict the ONNX spec (or the spec leaves the result open and
 # ORT's answer is not onnx.reference's), the kernels here still compute what ORT computes. One row
 # per difference: (op, inputs, what the spec or onnx.reference says, what ORT does, ORT source file).
-# tests/test_engine_special_values.py checks each kernel against ORT on such inputs.
+# tests/engine/test_engine_special_values.py checks each kernel against ORT on such inputs.
 ORT_VS_SPEC = [
     ("Cast", "to float8 e4m3fnuz / e5m2fnuz, a negative value that underflows",
      "0 (FNUZ has no negative zero)", "0x80, which is NaN in FNUZ", "include/onnxruntime/core/framework/float8.h"),

@@ -2,7 +2,7 @@
 window that starts past the input is kept), and ORT's Indices output (its output size, values and indices),
 where onnx.reference follows the opset-22 rule and gives other indices where windows overlap.
 
-Found by tools/probe_reference_vs_ort.py; checked by tests/test_engine_backend_cases.py (with the other
+Found by tools/probe_reference_vs_ort.py; checked by tests/engine/test_engine_backend_cases.py (with the other
 ORT-behaviour kernels of cpu_kernels.py).
 """
 import numpy as np

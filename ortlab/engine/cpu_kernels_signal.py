@@ -2,8 +2,8 @@
 type (float32 for float32), where onnx.reference computes in float64 (numpy's FFT) and differs by ~1e-6 of
 max|y|, visible where the exact value is 0.
 
-Found by tools/probe_reference_vs_ort.py; checked by tests/test_engine_backend_cases.py (with the other
-ORT-behaviour kernels of cpu_kernels.py) and tests/test_engine_special_values.py.
+Found by tools/probe_reference_vs_ort.py; checked by tests/engine/test_engine_backend_cases.py (with the other
+ORT-behaviour kernels of cpu_kernels.py) and tests/engine/test_engine_special_values.py.
 
 ORT's dft.cc works on complex<T> in the signal's own type T: a radix-2 FFT for power-of-2
 lengths, Bluestein's chirp-z transform (three radix-2 FFTs of length M >= 2n - 1) otherwise.

@@ -288,7 +288,7 @@ class InferenceSession:
         feeds = self._check_feeds(input_feed)
         frame = self._execute(feeds, fetches, run_options)
         # a weight comes back as a fresh copy each run; a graph input that is also an output is the caller's own
-        # array, as ORT 1.19.2 returns it (tests/test_engine_hostile.py pins ORT's behaviour)
+        # array, as ORT 1.19.2 returns it (tests/engine/test_engine_errors.py pins ORT's behaviour)
         weights = set(self.graph.initializers)
         outputs = [(name, self._to_host(frame.fetch(name))) for name in fetches]
         for name, value in outputs:

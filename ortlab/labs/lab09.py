@@ -4,7 +4,7 @@ The learner's code works on plain data. `lifetimes(nodes, shapes)` reads the nod
 order; `best_fit(events)` places tensors as ORT's MemPatternPlanner does
 (onnxruntime/core/framework/mem_pattern_planner.h); `better_planner(tensors)` sees every tensor's
 lifetime first. The checks (ortlab.labs.judges.lab09, which this module never imports) compare with
-ortlab.memory (byte-exact against ORT in tests/test_memory.py) and, for the block, ORT 1.19.2 itself:
+ortlab.memory (byte-exact against ORT in tests/memory/test_memory.py) and, for the block, ORT 1.19.2 itself:
 the bytes it asks its arena for on a session's first run, read from its verbose log. The graded cases
 include models the notebook never shows, so a solution fitted to the notebook's examples does not pass.
 """

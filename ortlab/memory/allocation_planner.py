@@ -174,7 +174,7 @@ class PlannerImpl:
         allocation_planner.cc (PlannerImpl::ComputeSingleStreamReusePlan -> FindReusableTensor) would let
         such an output take a freed buffer, yet ORT's first arena request shows it does not (two chained
         Dropouts whose masks nobody reads: 6 MiB, not 5; two unread Neg outputs: two blocks), while a read
-        output does take the buffer an unread one freed (tests/test_memory.py, the unread-output tests)."""
+        output does take the buffer an unread one freed (tests/memory/test_memory.py, the unread-output tests)."""
         read = {name for n in self.order for name in reads(n)}
         outputs = set(self.graph.outputs)
         return {a.name for n in self.order for a in n.outputs

@@ -12,7 +12,7 @@ type -> unsigned, integer -> a float no wider than it, float16 <-> bfloat16, and
 integers and floats. When the first Cast is unsafe, a child whose reverse is unsafe (a widening, which would
 bring the lost bits back) stops the removal: float -> bfloat16 -> float keeps both Casts and rounds. Older ORT
 source (one type group per kind, no bit lengths) removed such pairs; ORT 1.19.2 does not (pinned in
-tests/test_remove_duplicate_cast.py against ORT's saved graphs and values).
+tests/transformers/test_remove_duplicate_cast.py against ORT's saved graphs and values).
 """
 from onnx import TensorProto as T
 

@@ -40,7 +40,7 @@ FUNCTION_BODIES = {(MS, "DivGrad"): (("dY", "A", "B"), ("dA", "dB"), DIV_GRAD_BO
 
 # ONNX ops with a function body that ORT 1.19.2's CPU EP has no kernel for, so its partitioner inlines them (the
 # body ONNX builds for each node: onnx.defs, get_context_dependent_function_with_opset_version); checked against
-# ORT's saved graphs in tests/test_session_transforms_onnx_functions.py
+# ORT's saved graphs in tests/transformers/test_session_transforms_onnx_functions.py
 ORT_CPU_INLINED_ONNX_OPS = {"CastLike", "CenterCropPad", "GroupNormalization", "SequenceMap"}
 
 

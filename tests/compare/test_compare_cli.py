@@ -164,7 +164,7 @@ def test_integer_feeds_stay_valid_indices():
 
 def test_a_known_difference_from_ort_exits_non_zero():
     """Relu -> Dropout(ratio 0.3, training_mode a constant False) -> Relu: ortlab's EliminateDropout
-    removes the Dropout, ORT 1.19.2 keeps it (the difference tests/test_transformers.py pins)."""
+    removes the Dropout, ORT 1.19.2 keeps it (the difference tests/transformers/test_transformers.py pins)."""
     from ortlab.walkthroughs.graph_transformers import elimination
 
     model = elimination("dropout")

@@ -16,8 +16,8 @@ import pytest
 from ortlab.benchmarks import gpu_check, gpu_cuda, gpu_record, gpu_runtime
 from ortlab.benchmarks.gpu_cuda_cases import CASES, compare, run_case, splitmix_uniform
 from ortlab.benchmarks.gpu_registry import PARTS, Context, Part, Skip
+from repo_paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 # ---- parts: isolation and budgets -------------------------------------------------------------

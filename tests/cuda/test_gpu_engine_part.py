@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -21,8 +20,8 @@ from ortlab.benchmarks.gpu_engine import GRAPHS, SIZES, check_engine, compare_ou
 from ortlab.benchmarks.gpu_registry import PARTS, Context, Part, Skip, time_left
 from ortlab.cuda import op_kernels
 from test_gpu_check import BLOCK_ONNXRUNTIME  # the first lines of a script run with onnxruntime blocked
+from repo_paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def built(graph, size="small"):

@@ -1,4 +1,4 @@
-"""ortlab.distributed given wrong arguments: each case ends in a clear OrtlabError or the right result.
+"""Hostile inputs to ortlab.distributed (wrong arguments): each case ends in a clear OrtlabError or the right result.
 
 One 2-rank launch (`mismatch`) carries every case where the ranks disagree (different sizes, dtypes,
 models, settings, world sizes): each must end in the same error on every rank, naming the rank and both
@@ -23,6 +23,8 @@ from ortlab.distributed.checks.data_parallel import MLP
 from ortlab.distributed.moe import DistributedMoE, MoE, MoEError, expert_capacity, route
 from ortlab.distributed.pipeline import PipelineError, microbatches
 from ortlab.errors import OrtlabError
+
+pytestmark = pytest.mark.hostile
 
 WORLD = 2
 

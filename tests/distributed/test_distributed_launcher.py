@@ -20,8 +20,9 @@ import processes
 
 from ortlab.distributed import LaunchError, LaunchResult, launch, launcher
 from ortlab.walkthroughs import distributed_training as examples
+from repo_paths import ROOT as REPO_ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO_ROOT)
 
 
 def _children():

@@ -27,8 +27,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ortlab.errors import OrtlabError
+from repo_paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 ORT_MAX_OPSET = 21
 # Empty-set reductions: numpy warns about log(0) and inf - inf, which are the expected values.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")

@@ -306,10 +306,6 @@ def test_the_partition_claims_exactly_the_nodes_an_op_kernel_accepts():
     """In a zoo model's training graph (GPT, ORT's gradient builder), the CUDA EP takes every Dropout,
     DropoutGrad, GatherGrad, SoftmaxCrossEntropyLoss(Grad) node and no other, except the Memcpy nodes it adds;
     the graph's ReduceSum nodes read their axes at run time and are declined."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parent))
     from engine_models import training_graph
 
     model, feeds = training_graph("gpt", "ort", batch=2, seq=5)

@@ -12,6 +12,8 @@ from onnx import helper, numpy_helper
 from ortlab.engine import InferenceSession, SessionOptions
 from ortlab.errors import OrtlabError
 
+pytestmark = pytest.mark.heldout
+
 CUDA, TRITON, CPU = "CUDAExecutionProvider", "TritonExecutionProvider", "CPUExecutionProvider"
 MS = "com.microsoft"
 
@@ -502,10 +504,6 @@ MODEL_RUNS = [("mlp", "ort", (CUDA, TRITON, CPU)), ("gpt", "ort", (CUDA, TRITON,
 def test_a_zoo_training_graph_equals_ort_and_again_on_a_second_run(name, builder, providers, level):
     """Forward and backward of a zoo model (its gradient graph by ORT's or ortlab's builder, dropout 0), on the
     CUDA EP first (then Triton), with graph optimizations off and on: ORT's outputs, twice from one session."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parent))
     from engine_models import training_graph
 
     model, feeds = training_graph(name, builder, batch=2, seq=5)

@@ -3,14 +3,15 @@ traceback, a hang or a silently wrong result)."""
 import numpy as np
 import pytest
 
-from engine_models import chain_model, feeds_for
-from test_hostile_inputs_round2 import relu_kernel  # restores the kernel it replaced
+from engine_models import chain_model, feeds_for, relu_kernel  # relu_kernel restores the kernel it replaced
 from ortlab.engine import (ExecutionProvider, InferenceSession, OpKernel, SessionOptions, register_execution_provider,
                            kernel_registry)
 from ortlab.engine.execution_provider import EXECUTION_PROVIDERS
 from ortlab.errors import OrtlabError
 from ortlab.memory import BFCArena, plan
 from ortlab.env import quiet_import
+
+pytestmark = pytest.mark.hostile
 
 ort = quiet_import("onnxruntime")
 

@@ -407,7 +407,7 @@ def test_a_wrong_input_name_fails_when_bound(runtime, name):
 def test_a_failed_bind_leaves_ortlabs_binding_usable():
     """In ORT 1.19.2 a refused bind_ortvalue_input or bind_input (an unknown name: C++ BindInput records the
     name before its check fails) leaves IOBinding's name maps out of step: every later bind fails with "Size
-    mismatch:2!=1" until clear_binding_inputs() (tests/test_binding_views.py pins it; a refused bind_cpu_input
+    mismatch:2!=1" until clear_binding_inputs() (tests/engine/test_binding_views.py pins it; a refused bind_cpu_input
     is harmless, pybind checks the name first). ortlab's binding is unchanged by a refusal."""
     sess = ortlab_session()
     binding = sess.io_binding()

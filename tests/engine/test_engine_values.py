@@ -13,6 +13,8 @@ from onnx import helper as h
 from ortlab.engine import InferenceSession
 from ortlab.errors import OrtlabError
 
+pytestmark = pytest.mark.heldout
+
 SEQ = h.make_sequence_type_proto(h.make_tensor_type_proto(T.FLOAT, None))
 
 

@@ -13,6 +13,7 @@ import ortcheck
 from gradient_cases import CASES
 from ortlab.gradients import (OrtGradientError, build_gradient_graph, builder_from_definition,
                               gradient_definition, using_gradient)
+from repo_paths import TESTS
 
 # Builders whose definition does not depend on static shapes or attributes of the node, so a
 # traced definition holds for every node of the op (as an ORT definition must).
@@ -138,7 +139,7 @@ PROBE = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def registered():
     run = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300,
-                         cwd=str(__import__("pathlib").Path(__file__).parent))
+                         cwd=TESTS)  # where ortcheck and gradient_cases are
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 

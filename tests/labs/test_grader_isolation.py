@@ -1,7 +1,7 @@
 """The grader's process keeps out of the learner's reach (ortlab.labs.isolation, ortlab.labs.cpu_runner).
 
 The learner's code runs as the same user as the grader and can write any file the grader can. What stops it
-is the structure, tested here piece by piece (the whole, every forgery in each lab, is tests/test_lab_forgery.py):
+is the structure, tested here piece by piece (the whole, every forgery in each lab, is tests/labs/test_lab_forgery.py):
 a bytecode cache that does not hold its source's code is found before anything is imported from it; while the
 learner's code runs, the grader imports nothing from a bytecode cache and nothing changed since; a learner's
 native build is loaded only in a fresh process of its own, which is stopped, with what it started, for certain.

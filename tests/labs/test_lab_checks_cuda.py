@@ -10,7 +10,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from repo_paths import ROOT
 from ortlab import cuda
 from ortlab.cuda import gpu
 from ortlab.labs import lab10

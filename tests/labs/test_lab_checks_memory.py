@@ -1,6 +1,6 @@
 """lab09's checks: right answers pass; the typical wrong ones fail with a message that names the case, the value
 or the overlapping pair. The right answers here are written independently of the solution notebook's; the
-notebook itself runs under nbval and is graded by tests/test_labs.py."""
+notebook itself runs under nbval and is graded by tests/labs/test_labs.py."""
 import pytest
 
 from ortlab.labs import lab09

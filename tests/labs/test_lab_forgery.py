@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell
 
-from conftest import FIXTURES, ROOT
+from repo_paths import FIXTURES, ROOT
 from ortlab.labs import build as lab_build
 from ortlab.labs import grade
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from conftest import FIXTURES, ROOT
+from repo_paths import FIXTURES, ROOT
 from ortlab.labs import build as lab_build
 from ortlab.labs import checks, grade
 

@@ -176,7 +176,7 @@ def test_duplicate_casts_are_removed_as_orts_transform_does_at_every_level(case,
 def test_the_plan_of_a_small_graph_reads_as_orts_rules():
     """In-place reuse at last use only (MayInplace), aliasing (Reshape), the freelist by shape and
     element size (that a dead [B, A] buffer is not taken by an [A, B] value is shown on
-    ortlab.walkthroughs.memory.rules_model, tests/test_memory_views.py), graph outputs never reused; ORT's
+    ortlab.walkthroughs.memory.rules_model, tests/memory/test_memory_views.py), graph outputs never reused; ORT's
     block for the same graph is the plan's."""
     a, b = 512, 1024
     f = TensorProto.FLOAT

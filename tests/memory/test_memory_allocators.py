@@ -295,7 +295,7 @@ def test_a_broken_placement_does_not_validate():
 @pytest.fixture(scope="module")
 def tinygpt_training_64():
     """The lab's TinyGPT forward + backward graph at batch 64 (ortlab's gradient builder), as
-    tests/test_memory.py builds it (its ORT block is checked against ORT 1.19.2 there)."""
+    tests/memory/test_memory.py builds it (its ORT block is checked against ORT 1.19.2 there)."""
     training, feeds = training_model("gpt", "ortlab", 64)
     return session_graph(training), feeds
 

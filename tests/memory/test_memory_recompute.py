@@ -2,7 +2,7 @@
 
 The recompute graph is ORT's: its MemoryOptimizer transformer (memory_optimizer.cc) makes it, on the plans
 its own probe (TrainingAgent.get_serialized_ortmodule_memory_stat) proposes. The references are ORT's
-log (what it applied), ORT's first-run arena request (its memory-pattern block, as in tests/test_memory.py),
+log (what it applied), ORT's first-run arena request (its memory-pattern block, as in tests/memory/test_memory.py),
 ORT's run of both graphs (the loss and gradients), and the real ORTModule with ORTMODULE_MEMORY_OPT_LEVEL=1.
 """
 import functools

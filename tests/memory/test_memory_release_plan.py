@@ -1,4 +1,4 @@
-"""The engine's release plan on models nobody tuned it for: outputs equal ORT 1.19.2's under every
+"""The engine's release plan on held-out models, ones nobody tuned it for: outputs equal ORT 1.19.2's under every
 SessionOptions combination, and the plan never frees or overwrites a value that is read later.
 
 Every run is compared with onnxruntime.InferenceSession on the same model (CPU EP, no optimization).
@@ -22,6 +22,8 @@ from onnx import TensorProto, helper, numpy_helper
 from ortlab.engine import InferenceSession, SessionOptions
 from ortlab.memory import plan as memory_plan
 from ortlab.memory.allocation_planner import K_REUSE
+
+pytestmark = pytest.mark.heldout
 
 F = TensorProto.FLOAT
 COMBOS = [dict(enable_mem_pattern=p, enable_mem_reuse=r, execution_order=o, graph_optimization_level=lv)

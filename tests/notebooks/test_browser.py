@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from onnx import TensorProto, helper
 
-from conftest import ROOT, browser_or_skip
+from conftest import browser_or_skip
+from repo_paths import ROOT
 from processes import stop_group
 from ortlab import viz
 

@@ -6,11 +6,11 @@ Investigation" guide (README, "Sources"). A learner has no "seed 001" and no "is
 """
 import json
 import re
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from repo_paths import ROOT
+
 # A source document by its file number ("seed 001", "Seed-004"), or a tracker number ("issue 20").
 # A public reference is written owner/repo#N and is not matched.
 INTERNAL = re.compile(r"\bseeds?[ -]?0\d\d\b|\bissues? ?#?\d+\b", re.IGNORECASE)

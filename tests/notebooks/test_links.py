@@ -2,11 +2,11 @@
 import json
 import re
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from repo_paths import ROOT
+
 FOLDERS = ("notebooks", "solutions", "labs")
 # a notebook named by its id (L1_03, D_02, lab09, 00_welcome), optionally with the rest of its name
 REFERENCE = re.compile(r"(?<![\w/.-])((?:L\d_\d\d|D_\d\d|lab\d\d|00_welcome)(?:_[a-z0-9]+)*)(?:\.ipynb)?(?![\w-])")

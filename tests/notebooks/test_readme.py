@@ -2,9 +2,9 @@
 front page."""
 import json
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from repo_paths import ROOT
+
 MARK = "<!-- copied from solutions/lab08_train_e2e.ipynb, section 4 -->"
 
 

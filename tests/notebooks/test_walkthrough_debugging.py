@@ -33,7 +33,7 @@ def _fails():
 def test_post_mortem_stops_in_the_frame_that_raised_and_runs_the_commands():
     said = dk.post_mortem(_fails, ["p answer", "p answer * 2"])
     assert said.startswith("ValueError: boom 41\n")
-    assert "tests/test_walkthrough_debugging.py(N)_fails()" in said
+    assert "tests/notebooks/test_walkthrough_debugging.py(N)_fails()" in said
     assert "(Pdb) 42\n(Pdb) 84\n" in said
 
 

@@ -1,11 +1,10 @@
 """00_welcome's contents are read from the notebooks that exist (ortlab.walkthroughs.welcome)."""
 import json
 import re
-from pathlib import Path
 
 from ortlab.walkthroughs import welcome
+from repo_paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _write(path, heading):

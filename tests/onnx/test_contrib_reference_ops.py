@@ -108,7 +108,7 @@ def conv_grad_torch(pads, stride=1):
     return expect
 
 
-# Keyed by op name, literally (tests/test_registry.py checks each registered op is named here).
+# Keyed by op name, literally (tests/project/test_registry.py checks each registered op is named here).
 CASES = {
     "Gelu": [Case("3d", [f(2, 3, 4)])],
     "BiasGelu": [Case("bias-last-dim", [f(2, 3, 4), f(4)])],

@@ -1,15 +1,14 @@
 """ORT's ONNX-domain schemas (ortlab.ops.schemas): installed explicitly and once, never by an import."""
 import subprocess
 import sys
-from pathlib import Path
 
 import onnx
 from onnx import TensorProto, helper
 
 from ortlab.ir import Graph
 from ortlab.ops import schemas
+from repo_paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 NAMES = ["LayerNormalization", "SimplifiedLayerNormalization", "MaxPoolGrad", "AveragePoolGrad"]
 
 

@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from ortlab import OrtlabError, viz
+from repo_paths import ROOT
 
 
 def tiny_model():
@@ -179,10 +180,10 @@ def test_a_file_that_is_not_onnx_is_refused(tmp_path):
 def test_the_model_cache_is_removed_at_exit(tmp_path):
     import subprocess
     import sys
-    code = ("from ortlab import viz; from tests.test_viz import tiny_model; "
+    code = ("from ortlab import viz; from tests.profiling.test_viz import tiny_model; "
             "v = viz.show(tiny_model()); print(v.path.parent)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=Path(__file__).resolve().parent.parent)
+                         cwd=ROOT)
     assert out.returncode == 0, out.stderr
     folder = Path(out.stdout.strip().splitlines()[-1])
     assert folder.name.startswith("ortlab-netron-") and not folder.exists()

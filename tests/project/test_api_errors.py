@@ -1,4 +1,4 @@
-"""Wrong types, None, missing names and bad shapes at ortlab's public API: each ends in an
+"""Hostile inputs at ortlab's public API (wrong types, None, missing names, bad shapes): each ends in an
 OrtlabError that says what is wrong, never a raw error from numpy, onnx, ORT or torch."""
 import numpy as np
 import pytest
@@ -13,6 +13,8 @@ from ortlab.gradients import check_gradient, register_gradient
 from ortlab.ir import Graph
 from ortlab.onnx_defs import make_model
 from ortlab.training import MiniORTModule
+
+pytestmark = pytest.mark.hostile
 
 
 def vi(name, shape, t=1):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT
+from repo_paths import ROOT
 from ortlab import OrtlabError, env
 
 

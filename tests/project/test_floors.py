@@ -8,11 +8,11 @@ import ast
 import subprocess
 import sys
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from repo_paths import ROOT
+
 PACKAGE = ROOT / "ortlab"
 
 FLOORS = (

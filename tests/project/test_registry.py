@@ -1,10 +1,13 @@
 """ortlab.registry.Registry and ortlab.onnx_defs: the table every registry uses, and the op keys."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from ortlab.onnx_defs import domain_of, node_label, one_node_model, op_key, op_name, opset_of
 from ortlab.registry import NotRegisteredError, Registry, RegistryError
 from ortlab.session import run_model
+from repo_paths import TESTS
 
 
 def _kernel_a():
@@ -104,10 +107,8 @@ def test_one_node_model_runs_in_ort_and_omits_none_inputs():
 
 # The guard: an entry registered in one of ortlab's registries without a test fails here.
 def _test_sources():
-    from pathlib import Path
-
     here = Path(__file__).resolve()
-    return "\n".join(p.read_text() for p in here.parent.glob("test_*.py") if p != here)
+    return "\n".join(p.read_text() for p in sorted(TESTS.rglob("test_*.py")) if p != here)
 
 
 def _untested(names):

@@ -4,14 +4,13 @@ that says what is wrong and what to do. Expected behaviour comes from real ORT 1
 ORT's sources (named where used), never from ortlab's own output."""
 import math
 import os
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from engine_models import chain_model, feeds_for
+from engine_models import chain_model, feeds_for, relu_kernel
 from ortlab.engine import (ExecutionProvider, InferenceSession, SessionOptions, kernel_registry,
                            register_execution_provider, register_op_kernel, unregister_op_kernel)
 from ortlab.engine.execution_provider import EXECUTION_PROVIDERS
@@ -24,23 +23,11 @@ from ortlab.ortmodule import fused_adam as fa
 from ortlab.training import tensorboard
 from ortlab.training.loop import curve_shape
 
+pytestmark = pytest.mark.hostile
+
 ort = quiet_import("onnxruntime")
 F = TensorProto.FLOAT
 NAN, INF = float("nan"), float("inf")
-
-
-@contextmanager
-def relu_kernel(fn, **kernel_def):
-    """`fn` as the CPU EP's Relu kernel inside the block; whatever was registered before comes back after."""
-    registry = kernel_registry("CPUExecutionProvider")
-    old = registry.kernels.get("Relu")
-    register_op_kernel("Relu", override=True, **kernel_def)(fn)
-    try:
-        yield
-    finally:
-        unregister_op_kernel("Relu")
-        if old is not None:
-            registry.register(old, override=True)
 
 
 def two_live_model(n=64):

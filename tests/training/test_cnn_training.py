@@ -15,7 +15,6 @@ import copy
 import io
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -27,6 +26,7 @@ from ortlab.errors import OrtlabError
 from ortlab.gradients import build_gradient_graph, ort_gradient_graph
 from ortlab.models import plain_torch_export
 from ortlab.training import MiniORTModule
+from repo_paths import ROOT
 
 CONFIGS = {"ort": dict(gradient_builder="ort"),
            "ortlab": dict(gradient_builder="ortlab", runtime="ortlab")}
@@ -184,8 +184,7 @@ def test_ort_crashes_on_a_max_pool_gradient_whose_dx_shape_is_not_in_the_graph()
     """Why MiniORTModule refuses: ORT 1.19.2 dies (a segmentation fault) on a one-node MaxPoolGrad whose dX
     has no shape in the graph. Run in a child process so the crash does not take pytest with it. If this
     starts failing, ORT no longer crashes: let MiniORTModule train pooled CNNs and test them step for step."""
-    root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-c", CRASH], cwd=root, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", CRASH], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == -11, (done.returncode, done.stdout[-500:], done.stderr[-500:])
 
 

@@ -8,14 +8,13 @@ import os
 import struct
 import subprocess
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
 import torch
 
-from conftest import ROOT
+from repo_paths import ROOT
 from processes import stop_group
 from ortlab.training import tensorboard, train
 from ortlab.training.tensorboard import (GRAD_NORM, LOSS, LR, TensorBoardError, log_run, open_writer,
@@ -145,7 +144,7 @@ def test_errors_say_what_to_pass(tmp_path):
 
 
 def test_run_folder_is_runs_at_the_top_of_the_checkout_wherever_the_notebook_runs(tmp_path, monkeypatch):
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     monkeypatch.chdir(tmp_path)  # as a notebook runs in notebooks/
     assert tensorboard.run_folder("lab08") == root / "runs" / "lab08"
     assert tensorboard.run_folder("D_01/adam") == root / "runs" / "D_01" / "adam"

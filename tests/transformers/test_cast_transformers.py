@@ -17,6 +17,8 @@ from ortlab.errors import OrtlabError
 from ortlab.engine import InferenceSession, SessionOptions
 from ortlab.memory.session_graph import session_graph
 
+pytestmark = pytest.mark.heldout
+
 X = np.array([2.9999, 70000.5, 1e-8, -3.7, 0.0], np.float32)
 
 

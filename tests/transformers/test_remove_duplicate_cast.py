@@ -59,7 +59,7 @@ def test_the_casts_kept_and_the_values_are_orts(src, mid, dst):
     assert kept_by_ortlab(model) == theirs
     assert sorted((n.name, tuple(a.name for a in n.inputs)) for n in session_graph(model).graph.nodes()) == theirs
     if dst == T.BFLOAT16:
-        return  # neither run() returns a bfloat16 output (tests/test_engine_bfloat16_types.py)
+        return  # neither run() returns a bfloat16 output (tests/engine/test_engine_bfloat16_types.py)
     ours = InferenceSession(model).run(None, {"x": FEEDS[src]})[0]
     expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, {"x": FEEDS[src]})[0]

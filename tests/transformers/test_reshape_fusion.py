@@ -3,7 +3,7 @@
 The models are built here in the spirit of onnxruntime/test/testdata/transform/fusion/reshape_fusion*.py
 (Shape -> Gather -> Unsqueeze -> Concat -> Reshape, with constants and one-number pieces); ORT's side
 is the graph a session writes to optimized_model_filepath at level "basic" on the CPU EP, compared
-with ortlab's level-1 graph node by node (tests/test_fusions_vs_ort.py's graph_key). Cases ORT
+with ortlab's level-1 graph node by node (tests/transformers/test_fusions_vs_ort.py's graph_key). Cases ORT
 declines are in the table too, with the same expectation: both leave the subgraph.
 """
 import numpy as np
@@ -15,7 +15,7 @@ from ortlab import session
 from ortlab.onnx_defs import make_model
 from ortlab.transformers import GraphTransformerManager, optimize
 from ortlab.walkthroughs import graph_transformers as ex
-from tests.test_fusions_vs_ort import assert_same_graph
+from tests.transformers.test_fusions_vs_ort import assert_same_graph
 
 CPU = ["CPUExecutionProvider"]
 F, I64 = TensorProto.FLOAT, TensorProto.INT64

@@ -15,7 +15,7 @@ from ortlab import session
 from ortlab.onnx_defs import make_model
 from ortlab.transformers import GraphTransformerManager, optimize
 from ortlab.walkthroughs import graph_transformers as ex
-from tests.test_reshape_fusion import assert_level_1_equals_orts, assert_same_graph_as_orts
+from tests.transformers.test_reshape_fusion import assert_level_1_equals_orts, assert_same_graph_as_orts
 
 CPU = ["CPUExecutionProvider"]
 F, I64, I32 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32

@@ -1,9 +1,9 @@
 """Held-out checks of the graph transformers inside subgraphs (If's branches, Loop's body), against ORT 1.19.2.
 
-Models written apart from tests/test_transformers_in_subgraphs.py: fusions whose checks need the shapes of values
-computed inside a body, from outer values computed by nodes (not graph inputs); eliminations whose output is a body
-output; nested bodies reading renamed outer values; weights read inside a body that must not be folded. Each is
-compared with ORT's saved graph (op types per body, nested) and with ORT's values.
+Models written apart from tests/transformers/test_transformers_in_subgraphs.py: fusions whose checks need the shapes
+of values computed inside a body, from outer values computed by nodes (not graph inputs); eliminations whose output
+is a body output; nested bodies reading renamed outer values; weights read inside a body that must not be folded. Each
+is compared with ORT's saved graph (op types per body, nested) and with ORT's values.
 """
 import numpy as np
 import onnxruntime as ort
@@ -16,6 +16,8 @@ from ortlab import session
 from ortlab.engine import InferenceSession, SessionOptions
 from ortlab.transformers import optimize
 from test_transformers_in_subgraphs import ops
+
+pytestmark = pytest.mark.heldout
 
 LEVELS = {"basic": 1, "extended": 2}
 RNG = np.random.RandomState(27)

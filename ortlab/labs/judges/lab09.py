@@ -3,7 +3,7 @@
 The learner's functions get plain data (NodeProtos and shapes; Alloc/Free events; Tensors) from
 cases the check builds here, including models the notebook never shows (random DAGs and a BERT
 training step), and send back plain data. The references are ortlab.memory (byte-exact against ORT
-in tests/test_memory.py) and, for the block, ORT 1.19.2 itself: the bytes it asks its arena for on a
+in tests/memory/test_memory.py) and, for the block, ORT 1.19.2 itself: the bytes it asks its arena for on a
 session's first run, read from its verbose log.
 """
 from ortlab.labs.checks import CheckFailed, call_learner
