@@ -1,5 +1,5 @@
 # The two commands of the README:
-#   make lab    set up (first time: a few minutes) and open JupyterLab at notebooks/00_welcome.ipynb
+#   make lab    set up (first time: a few minutes) and open JupyterLab at work/notebooks/00_welcome.ipynb (the learner's copy)
 #   make test   set up if needed and run the whole test suite (unit tests, nbval, lab checks)
 # Also: make tensorboard   serve TensorBoard on 127.0.0.1:6006 over runs/ (LOGDIR=..., TB_PORT=...)
 # With the conda environment of environment.yml active: ORTLAB_USE_ACTIVE_ENV=1 make test

@@ -1,12 +1,14 @@
 """Command line for the labs: build, check, grade (see ortlab.labs)."""
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from ortlab.errors import OrtlabError
 from ortlab.labs import answers as walkthrough_answers
 from ortlab.labs import build as lab_build
 from ortlab.labs import grade as lab_grade
+from ortlab.labs import workspace
 
 
 def main(argv=None):
@@ -27,6 +29,8 @@ def main(argv=None):
     g.add_argument("notebook")
     g.add_argument("--timeout", type=float, default=lab_grade.DEFAULT_TIMEOUT,
                    help="seconds for the whole notebook, more than 0 (default %(default)g)")
+    sub.add_parser("workspace", help="copy notebooks/ and labs/ into work/ (never overwriting a copy)")
+    sub.add_parser("progress", help="every notebook's exercises, done and not done, in work/")
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
@@ -46,7 +50,15 @@ def main(argv=None):
                 return 1
             print(f"{args.labs}/ is up to date; every walkthrough's exercises have answers")
             return 0
-        results, problem = lab_grade.grade(args.notebook, timeout=args.timeout, solutions_dir=args.solutions)
+        if args.command == "workspace":
+            return _workspace()
+        if args.command == "progress":
+            print(workspace.progress_table(*workspace.progress()))
+            return 0
+        path = lab_grade.lab_path(args.notebook)
+        results, problem = lab_grade.grade(path, timeout=args.timeout, solutions_dir=args.solutions)
+        saved = time.strftime("%H:%M:%S", time.localtime(path.stat().st_mtime))
+        print(f"graded {path} as saved at {saved}; edits made since then and not saved (Ctrl+S) are not graded")
         print(lab_grade.table(results))
         if problem:
             print(f"note: {problem}")
@@ -54,6 +66,15 @@ def main(argv=None):
     except OrtlabError as exc:
         print(f"{args.command}: {exc}", file=sys.stderr)
         return 2
+
+
+def _workspace():
+    copied, kept = workspace.fill()
+    print(f"{workspace.root()}: {len(copied)} notebook(s) copied, {len(kept)} of yours kept as they are")
+    for path in workspace.newer_upstream():
+        print(f"  note: the repository's {path.parent.name}/{path.name} changed since your copy was made; "
+              f"yours is kept (rename it and run this again for a fresh copy)")
+    return 0
 
 
 if __name__ == "__main__":

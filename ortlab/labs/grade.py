@@ -38,7 +38,7 @@ import nbformat
 from ortlab.errors import OrtlabError
 from ortlab.labs.build import BEGIN, marker_ids, stub_pattern, strip_solution
 from ortlab.labs import answers as walkthrough_answers
-from ortlab.labs import checks, isolation, remote
+from ortlab.labs import checks, isolation, remote, workspace
 from ortlab.labs.checks import CHECK_MIME, CheckResult
 from ortlab.labs.remote import Learner
 
@@ -61,13 +61,15 @@ def _read_notebook(path, role):
 
 def lab_path(given):
     """The notebook `given` names: a path as given, or a lab's or walkthrough's name or id ("lab01",
-    "lab01_compose_onnx_model", "L1_05", with or without .ipynb) looked up in the current folder, then in this
-    checkout's labs/ and notebooks/, so that grading works from any folder and from a `!` cell."""
+    "lab01_compose_onnx_model", "L1_05", with or without .ipynb) looked up in the current folder, then in the
+    learner's workspace (work/labs, work/notebooks: ortlab.labs.workspace), then in this checkout's labs/ and
+    notebooks/, so that grading works from any folder and from a `!` cell."""
     path = Path(given)
     if path.exists() or path.parent != Path("."):
         return path
     stem = path.name[:-len(".ipynb")] if path.name.endswith(".ipynb") else path.name
-    for folder in (Path.cwd(), REPO / "labs", REPO / "notebooks"):
+    work = workspace.root()
+    for folder in (Path.cwd(), work / "labs", work / "notebooks", REPO / "labs", REPO / "notebooks"):
         found = sorted(folder.glob(f"{stem}.ipynb")) or sorted(folder.glob(f"{stem}_*.ipynb"))
         if len(found) == 1:
             return found[0]

@@ -115,7 +115,10 @@ def jupyterlab(tmp_path):
             pytest.fail(f"tools/lab.sh exited:\n{log_path.read_text()}")
         return opened.exists() and opened.read_text().strip()
     try:
-        yield wait_for(target, timeout=120, what="JupyterLab to open a browser")
+        opened_url = wait_for(target, timeout=120, what="JupyterLab to open a browser")
+        assert (root / "work" / "notebooks" / "00_welcome.ipynb").is_file()  # the workspace was filled
+        assert (root / "work" / "labs" / "lab01_compose_onnx_model.ipynb").is_file()
+        yield opened_url
     finally:
         stop_group(proc)  # SIGTERM, then SIGKILL: a server left running fails other tests
         log.close()
@@ -148,5 +151,6 @@ def test_readme_lab_command_opens_the_welcome_notebook(browser, jupyterlab):
         ".then(j => done([j.default, Object.keys(j.kernelspecs)]), e => done(String(e)));")
     assert kernels == ["ortlab", ["ortlab"]], kernels  # one kernel offered: the lab's, with its notebook hints
     assert browser.current_url.startswith("http://127.0.0.1:"), browser.current_url
-    assert "/lab/tree/notebooks/00_welcome.ipynb" in browser.current_url, browser.current_url
+    # the learner's copy in the workspace, made by the launcher (the notebooks as shipped stay untouched)
+    assert "/lab/tree/work/notebooks/00_welcome.ipynb" in browser.current_url, browser.current_url
     assert any(h.replace("¶", "").strip() == heading for h in shown), shown

@@ -125,7 +125,7 @@ def test_the_readme_is_a_learners_front_page():
     """At most about 1,500 words, the two commands first, and the contributor material one link away."""
     text = (ROOT / "README.md").read_text()
     assert len(text.split()) <= 1600, len(text.split())
-    assert text.index("make lab") < text.index("## The course") < text.index("## Doing and grading a lab")
+    assert text.index("make lab") < text.index("## The course") < text.index("## Doing and grading an exercise")
     assert "ssh -L 8888:127.0.0.1:8888" in text  # reaching the lab from a laptop
     assert "(CONTRIBUTING.md)" in text and "(docs/course.md)" in text
     for contributor_only in ("## Reproducible outputs", "## Where things are", "contributor example"):
