@@ -13,9 +13,7 @@ memory planning).
 """
 import re
 
-from ortlab import session
 from ortlab.capture import captured_lines
-from ortlab.env import quiet_import
 
 EXTENDING = re.compile(r"Extending BFCArena for Cpu\. bin_num:\d+ \(requested\) num_bytes: (\d+)")
 ARENA_LINE = re.compile(r"(Extending BFCArena for Cpu.*|Extended allocation by.*|Total allocated bytes.*|"
@@ -29,6 +27,9 @@ def ort_first_run_log(model, feeds, order="default", enable_mem_reuse=True, enab
     optimizations off, one intra-op thread (a thread pool's threads would log their start, at any
     moment, into whatever runs next). The arena's lines come from ORT's default logger, written by C++
     to file descriptor 2, so they are captured there (ortlab.capture)."""
+    from ortlab import session  # heavy: onnxruntime (ortlab.session imports it)
+    from ortlab.env import quiet_import  # heavy: torch (ortlab.env imports it)
+
     ort = quiet_import("onnxruntime")
     ort.set_default_logger_severity(0)
     try:
