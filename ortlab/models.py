@@ -9,6 +9,7 @@ Where (masking) and SoftmaxCrossEntropyLoss.
 import contextlib
 import io
 import math
+import sys
 import warnings
 
 import onnx
@@ -250,8 +251,6 @@ def ortmodule_symbolics():
     """Names of the export symbolics ORTModule registers when constructed (its ATen and contrib ones),
     read from its registries if it was imported (ortmodule/_custom_op_symbolic_registry.py,
     onnxruntime/tools/pytorch_export_contrib_ops.py)."""
-    import sys
-
     names = set()
     registry = sys.modules.get("onnxruntime.training.ortmodule._custom_op_symbolic_registry")
     if registry is not None:

@@ -5,6 +5,7 @@ Mirrors what onnxruntime/core/session/inference_session.h/.cc does in Load(),
 Initialize() and Run(), observed through the real session (onnxruntime 1.19.2,
 training build) rather than re-implemented.
 """
+import difflib
 import json
 import os
 import re
@@ -73,8 +74,6 @@ def check_providers(providers, error=SessionError):
     """Provider names checked against ORT's, as a list (one str is one name; (name, options) pairs
     are kept): a typo would otherwise make ORT fall back to the CPU EP silently. The one check for
     sessions, the transformer manager and MiniORTModule."""
-    import difflib
-
     if isinstance(providers, str):
         providers = [providers]
     if not isinstance(providers, (list, tuple)) or not providers:

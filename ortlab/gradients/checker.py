@@ -4,6 +4,7 @@ Mirrors orttraining/orttraining/test/gradient/gradient_checker.cc: central diffe
 delta 1e-3, one element at a time, compared with the analytic gradient by the largest
 absolute difference; ORT's op tests pass at max error <= 1.5e-2 (float32). Runs in ORT.
 """
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,8 +44,6 @@ def _session(model):
 
 
 def _check_arguments(model, x_names, loss_name, feeds):
-    from collections.abc import Mapping
-
     import onnx
 
     from ortlab.gradients.graph_builder import check_loss_name, check_x_names

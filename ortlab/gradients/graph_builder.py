@@ -7,6 +7,7 @@ Mirrors orttraining/orttraining/core/framework/gradient_graph_builder.h/.cc:
 - contributions to one value from several consumers added by a Sum node (AccumulateGrad_<name>).
 """
 import copy
+import difflib
 from collections import deque
 from collections.abc import Mapping
 
@@ -259,7 +260,6 @@ def check_stop_gradient_edges(graph, edges):
         if not isinstance(op_type, str):
             raise GradientGraphError(f"stop_gradient_edges keys are op types (str), got {op_type!r}; {example}")
         if op_type not in present:
-            import difflib
             close = difflib.get_close_matches(op_type, list(present), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise GradientGraphError(f"stop_gradient_edges names op type {op_type!r}, but no node of the "

@@ -5,6 +5,7 @@ MayInplace, ...) and onnxruntime/core/framework/op_kernel.h (OpKernel: attribute
 in the constructor, Compute(OpKernelContext*) called on every run). Every ortlab kernel has a
 plain numpy `reference` (the maths) and a `compute` that launches Triton kernels.
 """
+import difflib
 import numbers
 from dataclasses import dataclass
 
@@ -76,7 +77,6 @@ class Kernel:
     def __init__(self, **attributes):
         unknown = sorted(set(attributes) - set(self.attributes))
         if unknown:
-            import difflib
             close = difflib.get_close_matches(unknown[0], list(self.attributes), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise KernelInputError(f"{self.op_type} has no attribute {', '.join(map(repr, unknown))}{hint}; "

@@ -15,6 +15,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import median
 
 import onnx
 import torch
@@ -435,8 +436,6 @@ def step_time_table(module, batches, steps=20, warmup=3, lr=0.05):
     """PyTorch and ORTModule side by side on copies of `module`, the same batches and SGD: the median
     ms per step after `warmup` steps (the first ORTModule step exports and builds the session),
     the fastest and slowest of those steps, and the first step. Times are this machine's."""
-    from statistics import median
-
     from ortlab.viz import Table
 
     if steps <= warmup:

@@ -12,6 +12,7 @@ each ortlab::NoGradient becomes an input fed with a detached copy (lower_no_grad
 import contextlib
 import inspect
 import io
+import linecache
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -307,8 +308,6 @@ def check_tracer_warnings(records):
 
 
 def _source_line(record):
-    import linecache
-
     return linecache.getline(record.filename, record.lineno).strip() or "source not available"
 
 

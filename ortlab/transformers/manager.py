@@ -11,6 +11,8 @@ one that changed it; the loop ends with the first step in which nothing changed.
 application is recorded: which nodes it removed, added and fused, why it declined others, and
 how many times each transformer (each rule, inside a rule-based transformer) fired.
 """
+import difflib
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -250,16 +252,12 @@ def _check_names(names):
 
 
 def _close(name, candidates):
-    import difflib
-
     match = difflib.get_close_matches(str(name), list(candidates), n=1, cutoff=0.6)
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
 def option_names():
     """The keywords the registered transformers' constructors take (what optimize() passes on)."""
-    import inspect
-
     found = set()
     classes = [cls_ for _, cls_, _ in registry.TRANSFORMERS.values()] + [cls_ for _, cls_ in registry.RULES.values()]
     for cls_ in classes:
@@ -296,6 +294,5 @@ def _named(wanted, rule_name, level):
 
 
 def _instantiate(cls, options):
-    import inspect
     accepted = inspect.signature(cls.__init__).parameters
     return cls(**{k: v for k, v in options.items() if k in accepted})

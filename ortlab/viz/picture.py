@@ -7,6 +7,7 @@ picture. Two renderers share one layout: SVG text (deterministic, compared by th
 and a PNG (matplotlib; shown where HTML is not trusted).
 """
 import html
+import io
 from dataclasses import dataclass
 
 from ortlab.onnx_defs import domain_of
@@ -136,8 +137,6 @@ def to_svg(model, title=""):
 
 def to_png(model, dpi=80):
     """The same picture as PNG bytes (matplotlib), for viewers that do not render HTML."""
-    import io
-
     from matplotlib.figure import Figure  # no pyplot: the notebook's backend is left alone
     from matplotlib.patches import FancyBboxPatch
 
