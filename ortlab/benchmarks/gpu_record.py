@@ -8,6 +8,7 @@
 With no record, `summary(None)` and `table(None, part)` say so plainly (NO_RECORD): nothing here ever
 stands in for a GPU figure.
 """
+import html
 import json
 from pathlib import Path
 
@@ -97,8 +98,6 @@ class LabelledTable:
         return self.caption if self.table is None else f"{self.caption}\n{self.table!r}"
 
     def _repr_html_(self):
-        import html
-
         body = "" if self.table is None else self.table._repr_html_()
         return f"<p><i>{html.escape(self.caption)}</i></p>{body}"
 

@@ -20,6 +20,9 @@ Exit code: 0 when every check agrees (or is skipped, with its reason), 1 on any 
 bad input (one line on stderr), ORT dying or hanging included.
 """
 import argparse
+import os
+import stat
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -163,9 +166,6 @@ def parse_dims(items):
 def check_json_target(path):
     """--json FILE: '-' (stdout) or a file that can be written, checked before the run (a plain file is
     created and removed again when it did not exist)."""
-    import os
-    import stat
-
     if path is None or path == "-":
         return path
     if not path.strip():
@@ -214,8 +214,6 @@ def _parser():
 
 def main(argv):
     """The `python -m ortlab compare` command: prints the table; returns the exit code."""
-    import sys
-
     args = _parser().parse_args(argv)
     try:
         ort_child.check_timeout(args.timeout)

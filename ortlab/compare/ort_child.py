@@ -5,8 +5,9 @@ what ORT was doing. An error ORT raises on purpose (a SessionError...) comes bac
 
 The child is forked: it starts in milliseconds, with the model and feeds already in its memory, and runs
 nothing of the caller's script again (as a spawned child would)."""
-import faulthandler
 import contextvars
+import ctypes
+import faulthandler
 import math
 import multiprocessing
 import os
@@ -109,8 +110,6 @@ def _serve(send, fn, args, parent):
 def _die_with_parent(parent):
     """The child is killed when the parent dies (Linux's PR_SET_PDEATHSIG), even by a signal that leaves
     multiprocessing no time to stop its daemons: no ORT run outlives the compare that started it."""
-    import ctypes
-
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: the parent's timeout and exit still stop the child

@@ -17,6 +17,7 @@ import json
 import os
 import pdb
 import re
+import selectors
 import shutil
 import socket
 import subprocess
@@ -249,8 +250,6 @@ def listening_addresses(ports):
 
 def _port_line(process, deadline):
     """The 'DEBUGPY host port' line the debuggee prints once debugpy listens."""
-    import selectors
-
     selector = selectors.DefaultSelector()
     selector.register(process.stdout, selectors.EVENT_READ)
     while time.monotonic() < deadline:

@@ -28,6 +28,8 @@ What it reads about in ORT 1.19.2:
     device_copies(device)       host<->device copies per run, copying path against device-bound path
 """
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -234,8 +236,6 @@ def probe_ort_bugs(names=None, times=3, timeout=120):
 
 def _child(names, times):
     """In the child: import onnxruntime once, then fork a process per run of each script."""
-    import os
-
     from ortlab.env import quiet_import
 
     ort = quiet_import("onnxruntime")
@@ -265,8 +265,6 @@ def _fork_and_run(os, script, namespace, name):
         lines = pipe.read().splitlines()
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
-        import signal
-
         ending = f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
     else:
         ending = f"exit {os.WEXITSTATUS(status)}"

@@ -7,6 +7,7 @@ import inspect
 import logging
 import math
 import re
+from pathlib import Path
 
 import torch
 
@@ -64,8 +65,6 @@ def shrunken_gathers(model):
 def variables_read(*names):
     """True when every ORTMODULE_* variable in `names` is named anywhere in ORTModule's Python sources
     (onnxruntime/training/ortmodule/**/*.py): a variable named nowhere is never read."""
-    from pathlib import Path
-
     root = Path(quiet_import("onnxruntime.training.ortmodule").__file__).parent
     text = "\n".join(path.read_text(errors="replace") for path in sorted(root.rglob("*.py")))
     return all(f'"{name}"' in text for name in names)

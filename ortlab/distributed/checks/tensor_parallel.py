@@ -2,6 +2,8 @@
 to compare with one process, and the table of results. The layers themselves are
 ortlab/distributed/tensor_parallel.py.
 """
+import copy
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -75,8 +77,6 @@ def _mlp_part(rank, world_size, d_model, d_hidden, steps, lr, seed):
 
 def _dtensor_mlp(reference, world_size):
     """A copy of the reference MLP parallelized by DTensor: fc1 ColwiseParallel, fc2 RowwiseParallel."""
-    import copy
-
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
