@@ -73,7 +73,7 @@ def has_ortmodule_extensions():
 
 def cuda_available():
     """True when torch sees a CUDA GPU and ORT has its CUDA execution provider."""
-    import torch
+    import torch  # heavy: torch
 
     onnxruntime = quiet_import("onnxruntime")
     return torch.cuda.is_available() and _ORT_PROVIDER["cuda"] in onnxruntime.get_available_providers()
@@ -105,7 +105,7 @@ def providers():
 
 def _torch_sees_cuda():
     try:
-        import torch
+        import torch  # optional: torch
     except ImportError:
         return False
     return torch.cuda.is_available()
@@ -140,7 +140,7 @@ def kernel_device():
 def seed_everything(seed=0):
     """Seed Python, numpy and torch (CPU and CUDA), and ask torch for deterministic kernels."""
     import numpy as np
-    import torch
+    import torch  # heavy: torch
 
     random.seed(seed)
     np.random.seed(seed)
@@ -175,7 +175,7 @@ class Report:
 
 def _device_name(dev):
     if dev == "cuda":
-        import torch
+        import torch  # heavy: torch
 
         return torch.cuda.get_device_name(0)
     return platform.processor() or platform.machine()

@@ -269,7 +269,7 @@ def plain_torch_export():
 
     Uses torch/onnx/_internal/registration.py, where each custom symbolic is an override.
     """
-    from torch.onnx._internal import registration
+    from torch.onnx._internal import registration  # heavy: torch
 
     saved = []
     for name in ortmodule_symbolics():

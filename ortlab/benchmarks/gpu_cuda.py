@@ -19,7 +19,7 @@ DRY_RUN_ARCH = "sm_90"
 
 def device_arch():
     """`sm_XY` of GPU 0, read through torch."""
-    import torch
+    import torch  # heavy: torch
 
     if not torch.cuda.is_available():
         raise Skip("torch sees no CUDA GPU")
@@ -143,7 +143,7 @@ def checked(result, call):
 
 
 def driver_api():
-    from cuda.bindings import driver
+    from cuda.bindings import driver  # optional: cuda
 
     return driver
 

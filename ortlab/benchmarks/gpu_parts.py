@@ -45,7 +45,7 @@ def _run(command):
 def _cuda_bindings_versions():
     """Driver and runtime API versions (e.g. 13000 -> '13.0') through cuda-bindings, or the import error."""
     try:
-        from cuda.bindings import driver, runtime
+        from cuda.bindings import driver, runtime  # optional: cuda
     except ImportError as error:
         return {"cuda-bindings": f"not importable: {error}"}
 
@@ -60,7 +60,7 @@ def _cuda_bindings_versions():
 
 def part_device(context):
     """(a) What GPU this is: name, compute capability, SMs, memory, driver and runtime versions, packages."""
-    import torch
+    import torch  # heavy: torch
 
     packages = {name: _version(name) for name in ("torch", "triton", "numpy", "onnx", "cupy-cuda13x", "cupy-cuda12x",
                                                   "cuda-bindings", "cuda-python")}
@@ -113,7 +113,7 @@ def part_triton_kernels(context):
 def part_matmul(context, n=MATMUL_N):
     """(f) n x n x n matrix products in fp32, tf32 and bf16: TFLOP/s (CUDA events, median of 10 after 3
     warm-ups, random data) and the relative error of a 1024-sized product against fp64."""
-    import torch
+    import torch  # heavy: torch
 
     from ortlab.cuda.archs import DATASHEETS
     from ortlab.kernels.roofline import cuda_time_ms

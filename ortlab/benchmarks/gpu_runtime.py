@@ -31,8 +31,8 @@ class CudaRuntime:
 
     def __init__(self, nbytes=NBYTES):
         import numpy as np
-        import torch
-        from cuda.bindings import runtime
+        import torch  # heavy: torch
+        from cuda.bindings import runtime  # optional: cuda
 
         self.torch, self.rt, self.nbytes = torch, runtime, nbytes
         torch.zeros(1, device="cuda")

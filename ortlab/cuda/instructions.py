@@ -64,7 +64,7 @@ def tensor_core_options():
     """NVRTC options that let `#include <mma.h>` compile: the include folder of the nvidia-cuda-nvcc wheel
     (crt/mma.h). An OrtlabError says what to install when it is missing."""
     try:
-        import nvidia.cuda_nvcc
+        import nvidia.cuda_nvcc  # optional: nvidia
     except ImportError:
         nvidia = None
     folders = [] if nvidia is None else [os.path.join(f, "include") for f in nvidia.cuda_nvcc.__path__]

@@ -57,7 +57,7 @@ class CupyLauncher:
     """The kernels of `source` from `cubin` (compiled for this GPU), launched through CuPy's RawModule."""
 
     def __init__(self, source, cubin, block=256, max_grid=4096):
-        import cupy
+        import cupy  # optional: cupy
 
         self.cupy, self.xp = cupy, cupy
         self.source, self.block, self.max_grid = source, block, max_grid

@@ -62,7 +62,7 @@ def _candidates():
     """Where libnvrtc may be: the pip wheels' folders (CUDA 12, then 11), then the system's."""
     found = []
     try:
-        import nvidia.cuda_nvrtc  # the wheel torch depends on; a namespace package
+        import nvidia.cuda_nvrtc  # optional: nvidia; the wheel torch depends on; a namespace package
         for folder in nvidia.cuda_nvrtc.__path__:
             found += sorted(glob.glob(os.path.join(folder, "lib", "libnvrtc.so*")), reverse=True)
     except ImportError:
@@ -130,7 +130,7 @@ def include_dirs():
     """CUDA's own headers (cuda_fp16.h, cuda_bf16.h, cooperative_groups.h...) from the
     nvidia-cuda-runtime-cu12 wheel torch installs, so that `#include <cuda_fp16.h>` works."""
     try:
-        import nvidia.cuda_runtime
+        import nvidia.cuda_runtime  # optional: nvidia
     except ImportError:
         return []
     return [d for d in (os.path.join(f, "include") for f in nvidia.cuda_runtime.__path__)

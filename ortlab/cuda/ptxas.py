@@ -62,7 +62,7 @@ class KernelResources:
 def find_ptxas():
     """Path of ptxas: the one in the nvidia-cuda-nvcc-cu12 wheel, else one on PATH; None if neither."""
     try:
-        import nvidia.cuda_nvcc  # a namespace package: one folder per wheel on the path
+        import nvidia.cuda_nvcc  # optional: nvidia; a namespace package: one folder per wheel on the path
         for folder in nvidia.cuda_nvcc.__path__:
             path = os.path.join(folder, "bin", "ptxas")
             if os.access(path, os.X_OK):

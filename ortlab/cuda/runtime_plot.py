@@ -67,7 +67,7 @@ def plot_timelines(cases, show=True):
     cases = list(cases) if isinstance(cases, (list, tuple)) else None
     if not cases or not all(isinstance(c, tuple) and len(c) == 2 and isinstance(c[1], Device) for c in cases):
         raise OrtlabError("plot_timelines takes a list of (title, ortlab.cuda.runtime.Device) pairs")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib
 
     rows = [len(_lanes(device)) for _, device in cases]
     end = max(_end(device) for _, device in cases)

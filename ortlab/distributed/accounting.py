@@ -331,7 +331,7 @@ def calculator_table(params, world_size, precision="mixed", bandwidth_gb_s=None)
 def plot_memory(params, world_sizes=(1, 2, 4, 8, 16, 32, 64), precision="mixed", ax=None):
     """Plot the formulas' GB per rank against the number of ranks, one line per technique (arithmetic).
     Returns the matplotlib axes."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib
 
     ax = ax or plt.subplots(figsize=(5, 3.2))[1]
     for stage, name in enumerate(TECHNIQUES):

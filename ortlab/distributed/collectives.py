@@ -470,7 +470,7 @@ def origin_label(origins, world_size):
 
 def origin_colour(origins, world_size):
     """An RGB colour for a chunk: each rank its own colour, a partial sum their mix, the full sum grey."""
-    import matplotlib
+    import matplotlib  # heavy: matplotlib
 
     palette = matplotlib.colormaps["tab10"]
     if not origins:
@@ -515,8 +515,8 @@ def plot_collective(snapshots_per_rank, title=None):
     Each chunk is a box as wide as its size, coloured by the ranks whose data it sums (grey: all of them),
     labelled '0+1' or 'Σ'; the chunk received in that step has a thick edge. Returns the figure.
     """
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
+    import matplotlib.pyplot as plt  # heavy: matplotlib
+    from matplotlib.patches import Rectangle  # heavy: matplotlib
 
     lists = _snapshot_lists(snapshots_per_rank)
     world, steps = len(lists), len(lists[0])

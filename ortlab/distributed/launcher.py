@@ -219,7 +219,7 @@ def choose_backend(backend, world_size):
 
 
 def _gpu_count():
-    import torch
+    import torch  # heavy: torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 

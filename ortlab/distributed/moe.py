@@ -361,7 +361,7 @@ def routing_table(per_rank):
 
 def plot_routing(per_rank, ax=None):
     """Stacked bars: tokens each expert received from each rank, and the dropped assignments. Returns ax."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib
 
     ax = ax or plt.subplots(figsize=(5, 3))[1]
     experts = len(per_rank[0]["tokens_per_expert"])

@@ -375,7 +375,7 @@ def batch_p2p_waits_all():
     torch 2.6's schedules._batch_p2p returns `dist.batch_isend_irecv(ops).pop()`; on gloo each op is
     its own Work, so waiting on one leaves the others pending and Schedule1F1B deadlocks
     (pytorch/pytorch#132644). The patch replaces that module function and restores it on exit."""
-    from torch.distributed.pipelining import schedules
+    from torch.distributed.pipelining import schedules  # heavy: torch
 
     original = schedules._batch_p2p
     schedules._batch_p2p = _batch_p2p_all
@@ -388,7 +388,7 @@ def batch_p2p_waits_all():
 def _torch_runner(rank, world_size, name, seed, width, n_layers, batch, n_microbatches, group):
     """A PipelineStage for this rank's stage and the schedule class `name` over it: (runner, stage
     module, this rank's parameter names, inputs, targets)."""
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe  # heavy: torch
 
     classes = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
     if name not in classes:
@@ -508,8 +508,8 @@ def plot_timelines(timelines, title="", n_microbatches=None, unit="s"):
 
     The title gets the measured bubble and, given n_microbatches, the theoretical (p-1)/(m+p-1).
     Returns a matplotlib Figure."""
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
+    from matplotlib.figure import Figure  # heavy: matplotlib
+    from matplotlib.patches import Patch  # heavy: matplotlib
 
     if not timelines or not all(isinstance(t, (list, tuple)) for t in timelines):
         raise PipelineError("plot_timelines needs one list of Events per rank (see timelines_of/simulate)")

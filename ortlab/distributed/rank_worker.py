@@ -78,8 +78,8 @@ def _trimmed_traceback(exc):
 
 
 def _init_group(backend, rank, world_size, workdir, timeout):
-    import torch
-    import torch.distributed as dist
+    import torch  # heavy: torch
+    import torch.distributed as dist  # heavy: torch
 
     if backend == "nccl":
         torch.cuda.set_device(rank)
@@ -90,7 +90,7 @@ def _init_group(backend, rank, world_size, workdir, timeout):
 
 
 def _teardown():
-    import torch.distributed as dist
+    import torch.distributed as dist  # heavy: torch
 
     if dist.is_initialized():
         dist.barrier()
@@ -98,7 +98,7 @@ def _teardown():
 
 
 def _run_rank(rank, world_size, workdir, backend, threads, timeout, files, phase):
-    import torch
+    import torch  # heavy: torch
 
     torch.set_num_threads(threads)
     try:

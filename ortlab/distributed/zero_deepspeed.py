@@ -49,7 +49,7 @@ def _import_deepspeed():
     if importlib.util.find_spec("deepspeed") is None:
         raise ZeroError(f"DeepSpeed is not installed: run `make setup`, which installs it into "
                         f"{deepspeed_dir()} (tools/deepspeed-requirements.txt)")
-    import deepspeed
+    import deepspeed  # optional: deepspeed
     return deepspeed
 
 
@@ -147,7 +147,7 @@ def fp16_optimizer_on_deepspeed(rank, world_size, stage=1):
     FP16_Optimizer returned it unmodified), 'warnings' (the first line of each warning it gave), 'deepspeed'
     (the version), 'step ran'}."""
     deepspeed = _start((stage,))
-    from onnxruntime.training.optim import FP16_Optimizer
+    from onnxruntime.training.optim import FP16_Optimizer  # heavy: onnxruntime
 
     engine, ds_optimizer = _engine(deepspeed, stage, lr=0.05, seed=0, clipping=0.0)
     with warnings.catch_warnings(record=True) as caught:

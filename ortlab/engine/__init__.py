@@ -39,7 +39,7 @@ __all__ = sorted([*_HOMES, "KernelDef"])
 def __getattr__(name):
     """`ortlab.engine.InferenceSession` and the other public names, imported from their modules on first use."""
     if name == "KernelDef":
-        from ortlab.ops.kernel_def import KernelDef
+        from ortlab.ops.kernel_def import KernelDef  # lazy: the package's names load on first use
         return KernelDef
     if name not in _HOMES:
         raise AttributeError(f"module 'ortlab.engine' has no attribute {name!r}")

@@ -182,7 +182,7 @@ def cache_root():
 
 def build_key(source, name=NAME, cflags=CFLAGS):
     """The extension's name on disk: `name` and a hash of what the binary depends on."""
-    import torch
+    import torch  # heavy: torch
 
     text = "\n".join([source, " ".join(cflags), torch.__version__, sys.version, sys.platform])
     return f"{name}_{hashlib.sha256(text.encode()).hexdigest()[:12]}"

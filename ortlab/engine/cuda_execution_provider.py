@@ -46,7 +46,7 @@ CPU_INPUTS = {("ReduceSum", ""): (1,), ("GatherGrad", "com.microsoft"): (0,), ("
 def gpu_arch():
     """`sm_XY` of the GPU CuPy sees, or None (no CuPy, no device): then the CPU runner runs the kernels."""
     try:
-        import cupy
+        import cupy  # optional: cupy
 
         if cupy.cuda.runtime.getDeviceCount() < 1:
             return None
@@ -131,7 +131,7 @@ class CUDAExecutionProvider(ExecutionProvider):
     def allocate(self, shape, dtype):
         if not self.on_gpu:
             return np.empty(shape, dtype)
-        import torch
+        import torch  # heavy: torch
 
         return torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype, device="cuda")
 
@@ -154,7 +154,7 @@ class CUDAExecutionProvider(ExecutionProvider):
 
     def synchronize(self):
         if self.on_gpu:
-            import torch
+            import torch  # heavy: torch
 
             torch.cuda.synchronize()
 
@@ -169,7 +169,7 @@ def _host(value):
 
 
 def _torch_of(array):
-    import torch
+    import torch  # heavy: torch
 
     return torch.from_numpy(np.ascontiguousarray(array))
 
@@ -192,7 +192,7 @@ class CudaKernel(OpKernel):
         while inputs and inputs[-1] is None:
             inputs.pop()
         if self.provider.on_gpu:
-            import cupy
+            import cupy  # optional: cupy
 
             inputs = [v if v is None or i in self.host_inputs else cupy.asarray(v) for i, v in enumerate(inputs)]
             return [None if v is None else _torch_from_cupy(v) for v in self.op.run(self.call, *inputs)]
@@ -201,7 +201,7 @@ class CudaKernel(OpKernel):
 
 
 def _torch_from_cupy(array):
-    import torch
+    import torch  # heavy: torch
 
     return torch.as_tensor(array, device="cuda")
 

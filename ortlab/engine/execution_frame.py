@@ -192,7 +192,7 @@ class ExecutionFrame:
             if isinstance(target, np.ndarray):
                 np.copyto(target, value.detach().cpu().numpy() if hasattr(value, "detach") else value)
             else:
-                import torch
+                import torch  # heavy: torch
 
                 target.copy_(value if hasattr(value, "detach") else torch.from_numpy(np.ascontiguousarray(value)))
             self.values[slot] = target

@@ -19,7 +19,7 @@ TRITON = "TritonExecutionProvider"
 
 
 def _torch():
-    import torch
+    import torch  # heavy: torch
 
     return torch
 

@@ -159,7 +159,7 @@ def benchmark(op_type, inputs, attributes=None, domain="", kernel_fn=None):
 def roofline_plot(costs, peaks, achieved=None, title="roofline", ax=None):
     """Log-log roofline: the memory slope and the compute ceiling of `peaks`, each kernel at its
     intensity (at its floor on the roof, or at its measured FLOP/s when `achieved` gives them)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib
 
     ax = ax or plt.subplots(figsize=(6.5, 4))[1]
     intensity = np.logspace(-2, 3, 200)

@@ -82,8 +82,8 @@ def judge(exercise, test, *args):
 
 def _show(result):
     try:
-        from IPython import get_ipython
-        from IPython.display import display
+        from IPython import get_ipython  # optional: IPython
+        from IPython.display import display  # optional: IPython
     except ImportError:  # pragma: no cover - IPython is a dependency
         get_ipython = None
     if get_ipython is not None and get_ipython() is not None:

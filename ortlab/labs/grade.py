@@ -197,7 +197,7 @@ def reference_exercises(reference, where="the reference"):
 # --- running ---------------------------------------------------------------------------------
 
 def _kernel_name(nb):
-    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.kernelspec import KernelSpecManager  # optional: jupyter_client
 
     wanted = nb.metadata.get("kernelspec", {}).get("name", "python3")
     return wanted if wanted in KernelSpecManager().find_kernel_specs() else "python3"
@@ -296,7 +296,7 @@ class KernelRemote:
         self.client, self.run_nb, self.deadline = client, run_nb, deadline
 
     def call(self, fn, *args):
-        from nbclient.exceptions import CellTimeoutError, DeadKernelError
+        from nbclient.exceptions import CellTimeoutError, DeadKernelError  # optional: nbclient
 
         token = secrets.token_hex(16)
         source = (f"__import__('ortlab.labs.remote', fromlist=['serve']).serve("
@@ -364,8 +364,8 @@ def _kernel_env():
 def execute(steps, nb, scratch, timeout, imports=()):
     """Run the steps: the learner's cells in a fresh kernel whose working folder is `scratch`, the checks
     in this process (asking the kernel for data). Returns a problem, or None."""
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    from nbclient import NotebookClient  # optional: nbclient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError  # optional: nbclient
 
     run_nb = nbformat.v4.new_notebook(metadata=nb.metadata)
     client = NotebookClient(run_nb, kernel_name=_kernel_name(nb), allow_errors=True,

@@ -41,7 +41,7 @@ def array(label):
 
 def ort_wraps(arr):
     """True when onnxruntime's OrtValue.ortvalue_from_numpy(arr) points into arr's memory (no copy)."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # heavy: onnxruntime
 
     value = ort.OrtValue.ortvalue_from_numpy(arr)
     low, high = np.byte_bounds(arr)

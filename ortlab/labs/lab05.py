@@ -89,7 +89,7 @@ def _violation(bounds, addresses, item, verb):
     where = (f"elements {int(index.min())} to {int(index.max())}" if index.min() != index.max()
              else f"element {int(index.min())}")
     side = "past the end of" if index.min() >= n else "before the start of" if index.max() < 0 else "outside"
-    from triton.runtime.interpreter import interpreter_builder
+    from triton.runtime.interpreter import interpreter_builder  # heavy: triton
 
     program = getattr(interpreter_builder, "grid_idx", None)
     program = f"; in program {program[0]}" if program else ""
@@ -109,7 +109,7 @@ def bounds_checked():
     """Within the block, Triton's interpreter checks each load and store against the bounds of
     the launch's tensor arguments and raises OutOfBounds before touching memory outside them.
     Yields a _Bounds whose .launches lists (grid, BLOCK) of each launch. No effect on a GPU."""
-    from triton.runtime import interpreter as ti
+    from triton.runtime import interpreter as ti  # heavy: triton
 
     bounds = _Bounds()
     if _ACTIVE:  # nested: the outer block is already checking
@@ -174,7 +174,7 @@ def kernel_class_for(kernel_fn):
     """A GeluGrad kernel class whose compute launches `kernel_fn` (the scaffold's signature)."""
     class LabGeluGrad(GeluGrad):
         def compute(self, dy, x):
-            import torch
+            import torch  # heavy: torch
 
             dx = torch.empty_like(x)
             launch(kernel_fn, triton.cdiv(x.numel(), BLOCK), dy, x, dx, x.numel(), BLOCK=BLOCK)
@@ -259,7 +259,7 @@ def check_registered():
 def compute_mistake(cls, shape=(1000,)):
     """Run cls().compute once on a shape with a tail; None, or what is wrong with what it returns
     or with the grid it launches."""
-    import torch
+    import torch  # heavy: torch
 
     dy, x = (to_device(a) for a in inputs_for(shape))
     n = x.numel()

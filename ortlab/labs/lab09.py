@@ -236,7 +236,7 @@ def engine_table(better_planner, names=SEEN):
 
 def plot_placements(c, placements, ax=None):
     """The memory-time picture of each Placement of a case, side by side (a row of Axes)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib
 
     if ax is None:
         _, ax = plt.subplots(1, len(placements), figsize=(6 * len(placements), 4), sharey=True)

@@ -163,7 +163,7 @@ def decode(data, learners=None):
     if tag == "npscalar":
         return _from_array(data)[()]
     if tag == "tensor":
-        import torch
+        import torch  # heavy: torch
 
         return torch.from_numpy(_from_array(data))
     if tag == "onnx":
@@ -235,8 +235,8 @@ def _resolved(value, resolve):
 
 def serve(request, token):
     """Run one request in the learner's kernel (the grader's cell calls this) and display the reply."""
-    from IPython import get_ipython
-    from IPython.display import display
+    from IPython import get_ipython  # optional: IPython
+    from IPython.display import display  # optional: IPython
 
     request = json.loads(request)
     namespace = get_ipython().user_ns

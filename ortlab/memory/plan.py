@@ -109,8 +109,8 @@ class Plan:
     def plot(self, ax=None, title=None):
         """The pattern: program counter across, offset up, one rectangle per planned buffer, with
         the values that reuse it (in place or from the freelist) drawn inside it; returns the Axes."""
-        import matplotlib.pyplot as plt
-        from matplotlib.patches import Rectangle
+        import matplotlib.pyplot as plt  # heavy: matplotlib
+        from matplotlib.patches import Rectangle  # heavy: matplotlib
 
         if ax is None:
             _, ax = plt.subplots(figsize=(10, 4.5))

@@ -57,7 +57,7 @@ def rank_batch(rank, seed=0, batch=4, n_in=4, n_out=2):
 
 def _wrap(order, model):
     """The module to train for `order`: DDP(model), DDP(ORTModule(model)) or ORTModule(DDP(model))."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.nn.parallel import DistributedDataParallel as DDP  # heavy: torch
 
     from ortlab.ortmodule.driver import ortmodule
 
@@ -303,7 +303,7 @@ class RankLoad:
 
 
 def _torch_sampler(dataset, world_size, rank, shuffle, seed):
-    from torch.utils.data import DistributedSampler
+    from torch.utils.data import DistributedSampler  # heavy: torch
 
     return DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed)
 

@@ -199,8 +199,8 @@ def run_interpreted(model=None, inputs=None, timeout=240):
 def _child(work):
     """The child of run_interpreted (TRITON_INTERPRET=1 set before triton's import): writes
     result.json and out<i>.npy into `work`."""
-    import torch
-    from torch.utils.dlpack import from_dlpack, to_dlpack
+    import torch  # heavy: torch
+    from torch.utils.dlpack import from_dlpack, to_dlpack  # heavy: torch
 
     work = Path(work)
     model = onnx.load(str(work / "model.onnx"))
@@ -238,7 +238,7 @@ def build_facts():
     """What this build and machine offer Triton: {'C.is_triton_enabled()', 'register_triton_op_executor
     in C', 'torch.cuda.is_available()', 'triton importable'}."""
     C = quiet_import("onnxruntime.capi._pybind_state")
-    import torch
+    import torch  # heavy: torch
     try:
         quiet_import("triton")
         triton = True

@@ -91,7 +91,7 @@ class ToolRun:
 def detect_gpu():
     """(name, (major, minor)) of GPU 0, or None without a usable GPU."""
     try:
-        import torch
+        import torch  # optional: torch
 
         if torch.cuda.is_available():
             return torch.cuda.get_device_name(0), tuple(torch.cuda.get_device_capability(0))

@@ -51,7 +51,7 @@ def load_torch_profile(path_or_trace):
 def profile_torch(step, steps=3, warmup=1):
     """Run step(i) `warmup` times unprofiled, then `steps` times under torch.profiler, each in a
     record_function('step i') span; returns the Profile."""
-    import torch
+    import torch  # heavy: torch
 
     for i in range(warmup):
         step(i)

@@ -95,7 +95,7 @@ class Profile:
 
     def timeline(self, title="", max_events=4000):
         """A picture: one bar per kernel, coloured by op type, runs (steps) shaded behind."""
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # heavy: matplotlib
 
         if not self.events:
             raise ProfileError(f"{self.source}: no kernel events to draw")

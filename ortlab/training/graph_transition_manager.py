@@ -220,7 +220,7 @@ _MISSING = object()
 def _plain_attributes(module, skip=None):
     """{(submodule path, attribute): value} of the Python numbers, strings and None the modules hold,
     and the paths left out: lazy modules (their first forward sets their sizes), or `skip`."""
-    from torch.nn.modules.lazy import LazyModuleMixin
+    from torch.nn.modules.lazy import LazyModuleMixin  # heavy: torch
 
     if skip is None:
         skip = {path for path, sub in module.named_modules() if isinstance(sub, LazyModuleMixin)}

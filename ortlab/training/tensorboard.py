@@ -47,7 +47,7 @@ def open_writer(run_dir, replace=True, flush_secs=5):
     this run alone: re-running a notebook cell gives the same curves instead of a second run's
     steps appended to the first. A running TensorBoard sees new steps within flush_secs.
     """
-    from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard import SummaryWriter  # heavy: torch
 
     if not isinstance(run_dir, (str, Path)) or not str(run_dir).strip():
         raise TensorBoardError(f"a run's folder is a str or Path such as run_folder('lab08'), not {run_dir!r}")
@@ -121,7 +121,7 @@ def read_scalars(run_dir):
 
     Every point is kept (size_guidance 0 = no sampling; TensorBoard's server keeps 1000 per tag).
     """
-    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator  # optional
 
     if not isinstance(run_dir, (str, Path)):
         raise TensorBoardError(f"read_scalars takes a run's folder (a str or Path), not {type(run_dir).__name__}")
@@ -139,7 +139,7 @@ def read_scalars(run_dir):
 
 def plot_scalars(scalars, tags=None, title=""):
     """Plot {tag: [(step, value)]} (or a run folder), one small chart per tag; shows it, returns None."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib
 
     if not isinstance(scalars, dict):
         scalars = read_scalars(scalars)

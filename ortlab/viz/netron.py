@@ -74,7 +74,7 @@ class NetronView:
 
 
 def _undated_handler():
-    from netron import server
+    from netron import server  # optional: netron
 
     class UndatedHandler(server._HTTPRequestHandler):
         """Netron's handler without the build-date meta tag.
@@ -98,7 +98,7 @@ def _serve(path):
     servers in one process would both serve the latest model; each server here
     gets a handler subclass of its own (netron 9.3.3's server module).
     """
-    from netron import server
+    from netron import server  # optional: netron
 
     address = server._make_port((HOST, 0))
     content = server._ContentProvider(None, str(path), str(path), path.name)

@@ -137,8 +137,8 @@ def to_svg(model, title=""):
 
 def to_png(model, dpi=80):
     """The same picture as PNG bytes (matplotlib), for viewers that do not render HTML."""
-    from matplotlib.figure import Figure  # no pyplot: the notebook's backend is left alone
-    from matplotlib.patches import FancyBboxPatch
+    from matplotlib.figure import Figure  # heavy: matplotlib; no pyplot: the notebook's backend is left alone
+    from matplotlib.patches import FancyBboxPatch  # heavy: matplotlib
 
     boxes, edges = layout(model)
     width, height = _size(boxes)

@@ -53,7 +53,7 @@ def node_table(model):
 
 def plot_curves(curves, title="", xlabel="step", ylabel="loss", logy=False):
     """Plot named curves ({label: values}) in one figure and show it (returns None)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib
 
     figure, axes = plt.subplots(figsize=(6, 3.5))
     for (label, values), style in zip(curves.items(), ("-", "--", ":", "-.") * 8):

@@ -46,7 +46,7 @@ def bug_job(rank, world_size, steps=24, lr=1.0, zero_grad=False, seed=0):
 
     zero_grad=False is the planted bug (gradients accumulate across steps). Returns this rank's loss
     per step (before the step) and whether ORTModule fell back to PyTorch."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.nn.parallel import DistributedDataParallel as DDP  # heavy: torch
 
     quiet_import("onnxruntime.training.ortmodule")
     torch.manual_seed(seed)

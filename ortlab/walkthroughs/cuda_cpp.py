@@ -56,7 +56,7 @@ def matmul_accuracy(m=256, k=1024, n=256, seed=0):
 def tf32_matmul(a, b):
     """(C, path) for C = a @ b with TF32 Tensor Core math: on a GPU, torch with allow_tf32; without
     one, the CPU path rounds the inputs as `__float_to_tf32` does (ties away) and sums in float64."""
-    import torch
+    import torch  # heavy: torch
     if torch.cuda.is_available():
         previous = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -267,7 +267,7 @@ def launch_blocking_case(blocking):
 # ---- 4. preprocessing on the CPU -----------------------------------------------------------------
 def _collate(samples):
     """Pad variable-length token lists to the longest and build the attention mask (on the CPU)."""
-    import torch
+    import torch  # heavy: torch
     longest = max(len(s) for s in samples)
     ids = torch.zeros(len(samples), longest, dtype=torch.int64)
     for row, sample in enumerate(samples):
@@ -293,7 +293,7 @@ class _Texts:
 
 def collation(num_workers, count=256, batch=16, seed=0):
     """(seconds, batches) for one pass of a DataLoader with `num_workers` worker processes collating."""
-    import torch
+    import torch  # heavy: torch
     loader = torch.utils.data.DataLoader(_Texts(count, seed), batch_size=batch, collate_fn=_collate,
                                          num_workers=num_workers)
     start = time.perf_counter()

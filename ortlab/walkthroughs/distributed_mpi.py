@@ -100,7 +100,7 @@ def mpi_all_reduce(world_size=2, timeout=120, isolated=True):
     of the ranks and of mpirun. isolated=True runs the job in a loopback-only network namespace."""
     _check_world_size(world_size)
     try:
-        import mpi4py  # noqa: F401  (only checked here; the ranks import it)
+        import mpi4py  # noqa: F401  (only checked here; the ranks import it) (optional: mpi4py)
     except ImportError:
         raise MpiError(f"mpi4py is not installed: pip install {MPI_PACKAGE}") from None
     command = mpirun_command(world_size, isolated=isolated)
@@ -120,8 +120,8 @@ def mpi_all_reduce(world_size=2, timeout=120, isolated=True):
 
 def torch_all_reduce(rank, world_size):
     """The same collective in torch.distributed (a rank function for ortlab.distributed.launch)."""
-    import torch
-    import torch.distributed as dist
+    import torch  # heavy: torch
+    import torch.distributed as dist  # heavy: torch
 
     value = torch.tensor(rank_vector(rank), dtype=torch.float64)
     dist.all_reduce(value)
@@ -131,7 +131,7 @@ def torch_all_reduce(rank, world_size):
 def _rank_main():
     """One MPI rank: all-reduce, look at the sockets (rank 0); rank 0 prints every rank's report as one JSON line."""
     import numpy as np
-    from mpi4py import MPI
+    from mpi4py import MPI  # optional: mpi4py
 
     from ortlab.walkthroughs.distributed_training import listening_sockets
 

@@ -268,7 +268,7 @@ def plot_lifetimes(*traces, titles=()):
     after which it is released, as thick as the value is large (green: graph outputs, orange: read
     by nobody, both kept to the end), the steps across; below, the bytes the frame holds after each
     step computes, its peak marked."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib
 
     figure, axes = plt.subplots(2, len(traces), figsize=(4.8 * len(traces), 5.2), squeeze=False,
                                 gridspec_kw={"height_ratios": (3, 1.3)})

@@ -152,7 +152,7 @@ def colours(eps):
 
 
 def _legend(axes, palette, memcpy):
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch  # heavy: matplotlib
 
     handles = [Patch(facecolor=c, edgecolor="#555", label=ep) for ep, c in palette.items()]
     if memcpy:
@@ -163,8 +163,8 @@ def _legend(axes, palette, memcpy):
 def partition_figure(source, title=""):
     """The graph as ortlab.viz draws it (same layout), each node filled with the colour of its EP and
     Memcpy nodes hatched; graph inputs and outputs white. Returns a matplotlib Figure."""
-    from matplotlib.figure import Figure
-    from matplotlib.patches import FancyBboxPatch
+    from matplotlib.figure import Figure  # heavy: matplotlib
+    from matplotlib.patches import FancyBboxPatch  # heavy: matplotlib
 
     from ortlab.viz import picture
 
@@ -204,8 +204,8 @@ def partition_figure(source, title=""):
 def plan_figure(sess, title=""):
     """A session's plan as one strip: a cell per step, in execution order, filled with its EP's colour,
     Memcpy steps hatched; the title (after `title`) counts the steps and the copies. Returns a Figure."""
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Rectangle
+    from matplotlib.figure import Figure  # heavy: matplotlib
+    from matplotlib.patches import Rectangle  # heavy: matplotlib
 
     if not _is_session(sess):
         raise ViewError(f"plan_figure needs an ortlab.engine.InferenceSession, not {type(sess).__name__}")
@@ -233,7 +233,7 @@ def plan_figure(sess, title=""):
 def show(figure, dpi=80):
     """A Figure as an IPython PNG image (what a cell displays and a stored notebook keeps; pyplot and
     the notebook's backend are left alone)."""
-    from IPython.display import Image
+    from IPython.display import Image  # optional: IPython
 
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")

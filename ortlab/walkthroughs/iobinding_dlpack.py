@@ -353,7 +353,7 @@ def cost_summary(rows):
 
 def plot_costs(rows, title="ORT 1.19.2 on the CPU, Relu over N float32"):
     """Time per run against the bytes of the output, one curve per path, log-log; shows the figure."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib
 
     if not rows:
         raise BindingViewError("plot_costs needs the rows of copy_vs_bind(sizes)")
@@ -378,7 +378,7 @@ def device_copies(device="cpu", elements=1 << 16, runs=3):
     with X and Y bound to device buffers (no copy). Copies are the aten copy ops torch dispatches
     (_to_copy, copy_), counted by a TorchDispatchMode. Returns {"copying": n, "bound": n,
     "device": device, "outputs_on": where the bound Y stays}."""
-    import torch
+    import torch  # heavy: torch
 
     if device not in ("cpu", "cuda"):
         raise BindingViewError(f"device_copies: device is 'cpu' or 'cuda', not {device!r}")
@@ -409,7 +409,7 @@ def device_copies(device="cpu", elements=1 << 16, runs=3):
 
 def _CopyCounter():
     """A TorchDispatchMode counting the copy ops torch runs inside it (its .copies)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._python_dispatch import TorchDispatchMode  # heavy: torch
 
     class CopyCounter(TorchDispatchMode):
         copies = 0

@@ -102,7 +102,7 @@ def filling_rows(shape=(8192, 1024), block=256, archs=ARCHS):
 
 def plot_occupancy(archs=ARCHS, block_sizes=range(32, 1025, 32)):
     """Occupancy against threads per block, one panel per architecture, one line per version."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib
 
     fig, axes = plt.subplots(1, len(archs), figsize=(6 * len(archs), 3.5), sharey=True)
     for ax, arch in zip(np.atleast_1d(axes), archs):

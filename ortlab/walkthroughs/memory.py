@@ -231,7 +231,7 @@ def live_bytes(plan):
 def plot_live_bytes(plans, ax=None, marks=None, title="bytes of the pattern's buffers live at each step"):
     """One curve of live_bytes per {label: Plan}, each with its block as a dotted line of the same
     colour; `marks` {label: program counter} draws vertical lines; returns the Axes."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib
 
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 3))
@@ -282,8 +282,8 @@ def chunk_table(arena):
 def plot_arena(snapshots, title="BFCArena chunks"):
     """One row of bars per (label, snapshot(arena)): each region side by side, chunks in use filled
     (the KiB asked for written inside), free chunks hatched; returns the Figure."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
+    import matplotlib.pyplot as plt  # heavy: matplotlib
+    from matplotlib.patches import Rectangle  # heavy: matplotlib
 
     figure, ax = plt.subplots(figsize=(10, 0.55 * len(snapshots) + 1.2))
     gap = 128

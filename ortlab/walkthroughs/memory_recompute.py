@@ -150,7 +150,7 @@ def opportunities(model, probe=PROBE):
     """ORT's recompute candidates for a graph with a YieldOp: {plan: (bytes saved as a symbolic
     expression, occurrences)}, the plans as "<subgraph>:1:-1", from TrainingAgent's probe
     (get_serialized_ortmodule_memory_stat, what ORTModule's memory table prints), and ORT's text table."""
-    from onnxruntime.capi import _pybind_state as C
+    from onnxruntime.capi import _pybind_state as C  # heavy: onnxruntime
 
     if not isinstance(model, onnx.ModelProto):
         raise MemoryOptimizerError(f"opportunities takes an onnx.ModelProto with a YieldOp (with_yield_op), "
@@ -305,7 +305,7 @@ def recompute_table(graphs):
 def plot_recompute_peaks(table, ax=None, title="memory-pattern block without and with recompute"):
     """Bars of recompute_peaks' table: for each execution order, the predicted block (and ORT's, when
     the table has it) without and with recompute, in KiB; returns the Axes."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib
     import numpy as np
 
     if ax is None:
@@ -344,7 +344,7 @@ def _ortmodule_execution_graph(name, batch, seq, level):
     """(ORTModule's execution graph with its YieldOp taken out, feeds) for the zoo model trained one step
     with ORTMODULE_MEMORY_OPT_LEVEL=level; the YieldOp's outputs (the loss gradient) are fed ones."""
     import numpy as np
-    import torch
+    import torch  # heavy: torch
 
     from ortlab import models
     from ortlab.ortmodule import driver as ortmodule

@@ -88,7 +88,7 @@ class CheckpointedBert(TinyBert):
         self.use_reentrant = use_reentrant
 
     def _encode(self, input_ids):
-        import torch.utils.checkpoint
+        import torch.utils.checkpoint  # heavy: torch
 
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         x = self.drop(self.ln(self.tok(input_ids) + self.pos(positions)))

@@ -264,7 +264,7 @@ def aten_efficient_attention_on_cpu(batch=1, seq=8, heads=2, head_dim=16):
     ORT's ATen kernel hands the call to torch, which has no CPU kernel. Returns
     {'ort': first line of ORT's error, 'torch': the NotImplementedError torch raises directly}."""
     import numpy as np
-    import onnxruntime as ort
+    import onnxruntime as ort  # heavy: onnxruntime
     from onnx import TensorProto, helper
 
     quiet_import("onnxruntime.training.ortmodule")

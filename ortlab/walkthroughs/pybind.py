@@ -401,7 +401,7 @@ def build_failure(source=BROKEN_SOURCE, fresh=False):
 
 def plot_gelu_grad_times(rows):
     """GeluGrad's time per call against the size, C++ vs numpy vs ORT (log-log); shows the figure."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib
 
     if not rows:
         raise PybindViewError("no timing rows: pass cpp_extension.time_gelu_grad()'s result")

@@ -77,8 +77,8 @@ def _mlp_part(rank, world_size, d_model, d_hidden, steps, lr, seed):
 
 def _dtensor_mlp(reference, world_size):
     """A copy of the reference MLP parallelized by DTensor: fc1 ColwiseParallel, fc2 RowwiseParallel."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.device_mesh import init_device_mesh  # heavy: torch
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module  # heavy: torch
 
     mesh = init_device_mesh("cpu", (world_size,))
     plan = {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
@@ -103,7 +103,7 @@ def _count_calls(run):
 
 def _mlp_counts(parallel, dtensor, data):
     """All-reduces per forward and backward: our counter, dist.all_reduce calls, DTensor's CommDebugMode."""
-    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.debug import CommDebugMode  # heavy: torch
 
     result = {}
     for needs_grad in (True, False):

@@ -72,11 +72,11 @@ def trainable_params(module):
 
 def _build(technique, model, lr, counter):
     """(module to call, optimizer, a function returning the full parameters) for one technique."""
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.fsdp import ShardingStrategy
-    from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy
-    from torch.distributed.optim import ZeroRedundancyOptimizer
-    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP  # heavy: torch
+    from torch.distributed.fsdp import ShardingStrategy  # heavy: torch
+    from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy  # heavy: torch
+    from torch.distributed.optim import ZeroRedundancyOptimizer  # heavy: torch
+    from torch.nn.parallel import DistributedDataParallel as DDP  # heavy: torch
 
     if technique.startswith("zero"):
         module, optimizer = zero(model, torch.optim.Adam, int(technique[-1]), lr=lr)

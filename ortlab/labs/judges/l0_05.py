@@ -55,8 +55,8 @@ def _inside(pointer, owner_pointer, nbytes):
 
 def _truth(label):
     """Does the conversion `label` share its source's memory? Done with onnxruntime and torch."""
-    import onnxruntime as ort
-    import torch
+    import onnxruntime as ort  # heavy: onnxruntime
+    import torch  # heavy: torch
     from onnx import TensorProto, helper
 
     from ortlab import session

@@ -28,7 +28,7 @@ def _chunk_of(index, numel, world_size):
 
 
 def _ring_reason(rank, world, n, original, got, want, traffic):
-    import torch
+    import torch  # heavy: torch
 
     if traffic.collectives:
         return (f"rank {rank}: ring_all_reduce called dist.{traffic.collectives[0]}: build the ring from "
@@ -89,7 +89,7 @@ def _ring(ranks, world):
 
 def _param_reason(rank, step, got, want, what, layout=None, world=None):
     """The first parameter (or gradient) whose values differ from the one process, described."""
-    import torch
+    import torch  # heavy: torch
 
     for name, g in got.items():
         w = want[name].detach()
@@ -152,7 +152,7 @@ def _average(ranks, world):
 
 def _zero_calls_reason(rank, world, step, numel, before, average, calls):
     """What is wrong with the adam_update calls of one ZeRO-1 step on this rank, or None."""
-    import torch
+    import torch  # heavy: torch
 
     start, end = shard_range(numel, rank, world)
     size = end - start
