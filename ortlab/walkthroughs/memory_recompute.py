@@ -32,6 +32,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import onnx
 from onnx import helper
 
@@ -306,7 +307,6 @@ def plot_recompute_peaks(table, ax=None, title="memory-pattern block without and
     """Bars of recompute_peaks' table: for each execution order, the predicted block (and ORT's, when
     the table has it) without and with recompute, in KiB; returns the Axes."""
     import matplotlib.pyplot as plt  # heavy: matplotlib
-    import numpy as np
 
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.2))
@@ -343,7 +343,6 @@ def _aten_executor():
 def _ortmodule_execution_graph(name, batch, seq, level):
     """(ORTModule's execution graph with its YieldOp taken out, feeds) for the zoo model trained one step
     with ORTMODULE_MEMORY_OPT_LEVEL=level; the YieldOp's outputs (the loss gradient) are fed ones."""
-    import numpy as np
     import torch  # heavy: torch
 
     from ortlab import models

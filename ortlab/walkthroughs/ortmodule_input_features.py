@@ -9,6 +9,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ortlab.capture import captured_lines
@@ -263,7 +264,6 @@ def aten_efficient_attention_on_cpu(batch=1, seq=8, heads=2, head_dim=16):
     _make_efficient_attention_nodes) into a one-node model and run it in an ORT CPU InferenceSession:
     ORT's ATen kernel hands the call to torch, which has no CPU kernel. Returns
     {'ort': first line of ORT's error, 'torch': the NotImplementedError torch raises directly}."""
-    import numpy as np
     import onnxruntime as ort  # heavy: onnxruntime
     from onnx import TensorProto, helper
 
