@@ -180,7 +180,8 @@ def test_a_file_that_is_not_onnx_is_refused(tmp_path):
 def test_the_model_cache_is_removed_at_exit(tmp_path):
     import subprocess
     import sys
-    code = ("from ortlab import viz; from tests.profiling.test_viz import tiny_model; "
+    code = ("import sys; sys.path.insert(0, 'tests')\n"  # where test_viz finds repo_paths, as under pytest
+            "from ortlab import viz; from tests.profiling.test_viz import tiny_model; "
             "v = viz.show(tiny_model()); print(v.path.parent)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=ROOT)
