@@ -7,7 +7,7 @@ A module the grader imported after such a write would run the learner's code in 
 - `prepare` checks that the bytecode caches of ortlab's modules hold their sources' code
   (`forged_caches`: a cache forged earlier, a judge compiled with lines of the learner's added under a
   header copying the source's time and size, is refused rather than loaded), then imports every judge
-  (ortlab.labs.judges.labNN, with everything they import) and the lab modules the reference's check
+  (every module of ortlab.labs.judges, with everything they import) and the lab modules the reference's check
   cells import, all *before* the kernel starts;
 - while the learner's code can run (`sealed`), a module this process still imports is refused when its
   file, where modules were installed, changed after the seal began, and a bytecode cache written after
@@ -28,7 +28,9 @@ import time
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1]  # ortlab/
-JUDGES = tuple(f"ortlab.labs.judges.lab{k:02d}" for k in range(1, 11))
+# every judge: the labs' (labNN) and the walkthroughs' exercises' (l1_05, ...), one module each
+JUDGES = tuple(f"ortlab.labs.judges.{p.stem}" for p in sorted((PACKAGE / "labs" / "judges").glob("*.py"))
+               if p.stem != "__init__")
 _VERIFIED = set()  # (source, its stat, its cache's stat) found to hold the source's code
 
 

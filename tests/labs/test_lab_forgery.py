@@ -11,6 +11,7 @@ import pytest
 from nbformat.v4 import new_code_cell
 
 from repo_paths import FIXTURES, ROOT
+from ortlab.labs import answers
 from ortlab.labs import build as lab_build
 from ortlab.labs import grade
 
@@ -137,11 +138,11 @@ get_ipython().events.register("post_run_cell", _forge_answers)
 
 
 def _checkout(folder):
-    """A copy of this checkout's ortlab/, solutions/ and labs/ (no bytecode caches) in `folder`: a forgery
+    """A copy of this checkout's ortlab/, solutions/, labs/ and notebooks/ (no bytecode caches) in `folder`: a forgery
     writes into the copy's package, never into the checkout the other tests import."""
     import shutil
 
-    for name in ("ortlab", "solutions", "labs"):
+    for name in ("ortlab", "solutions", "labs", "notebooks"):
         shutil.copytree(ROOT / name, folder / name, ignore=shutil.ignore_patterns("__pycache__", "*.bak*"))
     return folder
 
@@ -169,23 +170,31 @@ def _grade_in(checkout, lab, timeout=900):
 
 
 LABS = sorted(p.name for p in (ROOT / "labs").glob("lab*.ipynb"))
+WALKTHROUGHS = [notebook.name for notebook, _ in answers.walkthroughs()]
 
 
 def _lab_number(name):
     return name.split("_")[0]
 
 
+def _judge_of(name):
+    """The judge module of a lab (lab01) or of a walkthrough's exercises (l1_05)."""
+    return _lab_number(name) if name.startswith("lab") else name[:5].lower()
+
+
 def _every_forgery(lab):
-    """The untouched lab with every forgery: cells after its first that wrap display, replace evaluate and
-    lab07's check runner and ortlab's checks, forge the judge's bytecode and make answers equal anything;
-    its check cells replaced by a print, its metadata cut to one exercise; the forged cache deleted last."""
+    """The untouched lab (or walkthrough) with every forgery: cells after its first that wrap display, replace
+    evaluate and lab07's check runner and ortlab's checks, forge the judge's bytecode and make answers equal
+    anything; its check cells replaced by a print, a lab's metadata cut to one exercise; the forged cache
+    deleted last."""
     nb = nbformat.read(lab, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code" and ".check_" in cell.source and "import" not in cell.source:
             cell.source = "print('checked')"
-    nb.metadata["ortlab"]["lab"]["exercises"] = nb.metadata["ortlab"]["lab"]["exercises"][:1]
+    if "ortlab" in nb.metadata:
+        nb.metadata["ortlab"]["lab"]["exercises"] = nb.metadata["ortlab"]["lab"]["exercises"][:1]
     forgeries = (WRAPS_DISPLAY, CALLABLE_EVALUATE, CALLABLE_RUN_CHECKS, PATCHES_ORTLAB,
-                 FORGED_BYTECODE.format(lab=_lab_number(lab.name)), ALWAYS_EQUAL_ANSWERS)
+                 FORGED_BYTECODE.format(lab=_judge_of(lab.name)), ALWAYS_EQUAL_ANSWERS)
     for k, source in enumerate(forgeries):
         nb.cells.insert(1 + k, new_code_cell(source))
     nb.cells.append(new_code_cell(DELETES_THE_FORGERY))
@@ -218,7 +227,20 @@ def test_every_forgery_in_a_stubbed_lab_grades_not_done(name, tmp_path):
     assert not list((checkout / "ortlab" / "labs" / "judges").glob("__pycache__/*.pyc"))
 
 
-@pytest.mark.parametrize("name", LABS, ids=_lab_number)
+def test_every_forgery_in_a_walkthrough_grades_not_done(tmp_path):
+    """The same forgeries in the first walkthrough with exercises (its whole notebook runs in the kernel:
+    one is enough for the mechanism, which is the labs' grader): every exercise "not done"."""
+    checkout = _checkout(tmp_path / "checkout")
+    notebook = checkout / "notebooks" / WALKTHROUGHS[0]
+    exercises = list(answers.stub_ids(nbformat.read(notebook, as_version=4)))
+    nbformat.write(_every_forgery(notebook), notebook)
+    code, out = _grade_in(checkout, notebook)
+    assert code == 1 and "Traceback" not in out and "note:" not in out, out
+    assert _table(out) == dict.fromkeys(exercises, "not done"), out
+    assert not list((checkout / "ortlab" / "labs" / "judges").glob("__pycache__/*.pyc"))
+
+
+@pytest.mark.parametrize("name", LABS + WALKTHROUGHS, ids=_judge_of)
 def test_a_forged_judge_cache_left_from_an_earlier_run_is_refused(name, tmp_path):
     """The same forged cache, written before grading (by a notebook run earlier, and not deleted): the
     grader checks each cache of ortlab's modules against its source before it imports anything more (once
@@ -227,18 +249,23 @@ def test_a_forged_judge_cache_left_from_an_earlier_run_is_refused(name, tmp_path
     import sys
 
     checkout = _checkout(tmp_path / "checkout")
-    forge = FORGED_BYTECODE.format(lab=_lab_number(name)).replace("import ortlab.labs\n", "")
+    forge = FORGED_BYTECODE.format(lab=_judge_of(name)).replace("import ortlab.labs\n", "")
     forge = forge.replace("pathlib.Path(ortlab.labs.__file__).parent", "pathlib.Path('ortlab/labs')")
     subprocess.run([sys.executable, "-c", forge], cwd=checkout, check=True, timeout=60)
-    code, out = _grade_in(checkout, checkout / "labs" / name, timeout=300)
+    folder = "labs" if name.startswith("lab") else "notebooks"
+    code, out = _grade_in(checkout, checkout / folder / name, timeout=300)
     assert code == 2 and "Traceback" not in out, out
-    assert f"judges/__pycache__/{_lab_number(name)}." in out and "does not hold the code of its source" in out, out
+    assert f"judges/__pycache__/{_judge_of(name)}." in out and "does not hold the code of its source" in out, out
     assert len(out.strip().splitlines()) == 1, out
 
 NO_REFERENCE = """
-import importlib, sys
-for k in range(1, 11):
-    module = importlib.import_module(f"ortlab.labs.lab{k:02d}")
+import importlib, pathlib, re, sys
+import ortlab.labs
+folder = pathlib.Path(ortlab.labs.__file__).parent
+exercise_modules = [p.stem for p in folder.glob("*.py") if re.fullmatch(r"lab\\d\\d|[a-z]\\d?_\\d\\d", p.stem)]
+assert len(exercise_modules) >= 11, exercise_modules
+for stem in exercise_modules:
+    module = importlib.import_module(f"ortlab.labs.{stem}")
     names = [n for n in vars(module) if n.startswith("reference") or n == "MemPatternPlanner"]
     assert names == [], (module.__name__, names)
 assert not [n for n in sys.modules if n.startswith("ortlab.labs.judges")], "a lab module imported its checks"
@@ -247,7 +274,7 @@ print("ok")
 
 
 def test_no_lab_module_holds_a_reference_answer():
-    """A learner's lab module exposes no reference maths (lab09's exported reference_best_fit, which a
+    """A learner's lab module (or a walkthrough's exercise module) exposes no reference maths (lab09's
     learner could call to pass): the references live in ortlab.labs.judges, which no lab module imports.
     In a fresh process, so that nothing else has imported the judges."""
     import subprocess
