@@ -275,7 +275,8 @@ print("ok")
 
 def test_no_lab_module_holds_a_reference_answer():
     """A learner's lab module (or a walkthrough's exercise module) exposes no reference maths (lab09's
-    learner could call to pass): the references live in ortlab.labs.judges, which no lab module imports.
+    exported reference_best_fit, which a learner could call to pass): the references live in
+    ortlab.labs.judges, which no lab module imports.
     In a fresh process, so that nothing else has imported the judges."""
     import subprocess
     import sys
