@@ -23,15 +23,20 @@ TB_PORT ?= 6006
 tensorboard:
 	@ORTLAB_TB_PORT=$(TB_PORT) bash tools/tensorboard.sh $(LOGDIR)
 
-# ruff first (pyproject's [tool.ruff]: pycodestyle and pyflakes, lines up to 120), then the suite
+# ruff first (pyproject's [tool.ruff]: pycodestyle and pyflakes, lines up to 120), then the suite on
+# TEST_JOBS workers (pytest-xdist; every core, at most 4). --dist loadfile keeps each test file and each
+# notebook on one worker, so a notebook's cells run in order in one kernel and a file's fixtures are shared.
+# TEST_JOBS=0 runs everything in one process.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ "$$n" -gt 4 ] && n=4; echo $$n)
+XDIST = $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
 test: setup
 	$(PY) -m ruff check ortlab tests tools conftest.py
-	$(PY) -m pytest
+	$(PY) -m pytest $(XDIST)
 
 # The notebooks again under another CPU dispatch (torch without SIMD kernels) and one thread:
 # their stored outputs must reproduce on any x86-64 machine (CONTRIBUTING.md, "Reproducible outputs").
 test-portable: setup
-	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 $(PY) -m pytest notebooks solutions
+	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 $(PY) -m pytest $(XDIST) notebooks solutions
 
 labs: setup
 	$(PY) -m ortlab.labs build
