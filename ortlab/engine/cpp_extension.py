@@ -28,9 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from onnx import TensorProto
 
+from ortlab.engine.kernel_registry import kernel_registry, register_op_kernel, unregister_op_kernel
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
+from ortlab.onnx_defs import one_node_model
+from ortlab.ops.reference import gelu_grad_reference
 
 CPP_SOURCE = r"""
 #include <cmath>
@@ -371,8 +375,6 @@ class CppKernels:
 
     def unregister(self):
         """Remove the C++ kernels and restore the kernels they replaced."""
-        from ortlab.engine.kernel_registry import kernel_registry, unregister_op_kernel
-
         if not self.active:
             return
         for (op_type, domain), old in self.previous.items():
@@ -403,8 +405,6 @@ def register_cpp_kernels(provider="CPUExecutionProvider", override=False):
     """Make the C++ GeluGrad `provider`'s kernel for com.microsoft GeluGrad (float32 only, as ORT's
     CPU kernel: ONNX_OPERATOR_KERNEL_EX(GeluGrad, kMSDomain, 1, kCpuExecutionProvider, ...)).
     Builds the extension first. Returns a CppKernels; `.unregister()` undoes it."""
-    from ortlab.engine.kernel_registry import kernel_registry, register_op_kernel
-
     register = register_op_kernel("GeluGrad", MS_DOMAIN, provider, override=override,  # refuses an unknown EP
                                   type_constraints={0: ("float32",), 1: ("float32",)})  # before the build
     build()
@@ -417,10 +417,7 @@ def register_cpp_kernels(provider="CPUExecutionProvider", override=False):
 # --- checks and timings -----------------------------------------------------------------------------
 def ort_gelu_grad_session():
     """An ORT session of one com.microsoft GeluGrad node on float32 vectors of any length."""
-    from onnx import TensorProto
-
-    from ortlab.onnx_defs import one_node_model
-    from ortlab.session import create, session_options
+    from ortlab.session import create, session_options  # lazy: loads onnxruntime (2 s), for the ORT timing only
 
     model = one_node_model("GeluGrad", [(TensorProto.FLOAT, ["n"])] * 2, domain=MS_DOMAIN)
     return create(model, session_options("disable"), ["CPUExecutionProvider"])
@@ -435,8 +432,6 @@ def time_gelu_grad(sizes=(1 << 10, 1 << 14, 1 << 18, 1 << 20), repeat=5, seed=0)
     """GeluGrad timed three ways per size: C++ (this extension), numpy (ortlab's float64 reference)
     and ORT 1.19.2's CPU kernel (a one-node session's run, its call overhead included).
     Returns rows {size, cpp_us, numpy_us, ort_us}; timings vary by machine and are not asserted."""
-    from ortlab.ops.reference import gelu_grad_reference
-
     module, session = build().module, ort_gelu_grad_session()
     rng = np.random.default_rng(seed)
     rows = []

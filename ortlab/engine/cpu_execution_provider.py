@@ -14,9 +14,12 @@ import numpy as np
 
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun, RuntimeContextError
+from onnx.reference.ops import load_op
 from onnx.reference.ops._op import OpRunBinaryNum, OpRunBinaryNumpy
+from onnx.reference.ops.aionnxml import load_op as load_ml_op
 
 from ortlab.engine.execution_provider import ExecutionProvider, OrtDevice, register_execution_provider
+from ortlab.ops.contrib_ops import CONTRIB_OPS
 from ortlab.ops.kernel_def import KernelDef
 from ortlab.engine.kernel_registry import CPU, KernelCreateInfo
 from ortlab.engine.op_kernel import OpKernel
@@ -37,8 +40,6 @@ def _run_params(opsets):
     """What onnx.reference gives an OpRun when it creates one (ReferenceEvaluator._init). Its new_ops are what
     the bodies of If, Loop and Scan run with: the contrib ops, and ORT's answers (REFERENCE_OVERRIDES) at these
     opsets, so that a node computes the same inside a subgraph as outside."""
-    from ortlab.ops.contrib_ops import CONTRIB_OPS
-
     version = opsets.get("", opsets.get("ai.onnx", 0))
     overrides = {("", op): _named_for(op, cls) for (op, first, last), cls in REFERENCE_OVERRIDES.items()
                  if first <= version <= last}
@@ -78,15 +79,10 @@ def _override(node, opsets):
 
 def reference_op_class(node, opsets, input_types=None):
     """The OpRun class onnx.reference would run for `node` (or ORT's answer, where overridden), or None."""
-    from onnx.reference.ops import load_op
-    from ortlab.ops.contrib_ops import CONTRIB_OPS
-
     found = CONTRIB_OPS.get(op_key(node.op_type, node.domain)) or _override(node, opsets)
     if found is not None:
         return found
     if node.domain == "ai.onnx.ml":
-        from onnx.reference.ops.aionnxml import load_op as load_ml_op
-
         try:
             return load_ml_op("ai.onnx.ml", node.op_type, opsets.get("ai.onnx.ml"), evaluator_cls=ReferenceEvaluator)
         except Exception:  # noqa: BLE001 (no such op or version)

@@ -22,8 +22,9 @@ import functools
 
 import numpy as np
 
-from ortlab.cuda import op_kernels
-from ortlab.cuda.launcher import CPU_RUNNER, CpuLauncher
+from ortlab.cuda import compile as nvrtc_compile
+from ortlab.cuda import kernels, op_kernels
+from ortlab.cuda.launcher import CPU_RUNNER, CpuLauncher, CupyLauncher
 from ortlab.engine.errors import EngineError
 from ortlab.engine.execution_provider import (ExecutionProvider, OrtDevice, check_copy_shape,
                                               register_execution_provider)
@@ -57,9 +58,6 @@ def gpu_arch():
 
 @functools.lru_cache(maxsize=None)
 def _cubin(source, arch):
-    from ortlab.cuda import compile as nvrtc_compile
-    from ortlab.cuda import kernels
-
     result = nvrtc_compile(kernels.source(source), arch)
     if result.cubin is None:
         raise EngineError(f"{source}.cu did not assemble for {arch}: {result.why_no_cubin}")
@@ -68,8 +66,6 @@ def _cubin(source, arch):
 
 def gpu_launcher(source):
     """A CupyLauncher of `source` compiled for this GPU (once per process)."""
-    from ortlab.cuda.launcher import CupyLauncher
-
     return CupyLauncher(source, _cubin(source, gpu_arch()))
 
 

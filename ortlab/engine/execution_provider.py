@@ -43,8 +43,6 @@ class OrtDevice:
 
 def register_execution_provider(cls):
     """Class decorator: make an ExecutionProvider subclass available by its `type` name."""
-    from ortlab.engine.errors import EngineError
-
     if not (isinstance(cls, type) and issubclass(cls, ExecutionProvider)):
         raise EngineError(f"@register_execution_provider decorates an ExecutionProvider subclass, not {cls!r}")
     if not getattr(cls, "type", "") or not isinstance(cls.type, str):

@@ -9,6 +9,8 @@ import numpy as np
 
 from ortlab.engine.errors import NotImplementedKernel
 from ortlab.onnx_defs import node_label, op_name
+from ortlab.transformers.remove_duplicate_cast import remove_duplicate_casts as remove
+from ortlab.transformers.session_transforms import has_function_body, inline_nodes
 
 
 def input_dtypes(graph, node):
@@ -28,8 +30,6 @@ def partition(graph, providers, logger):
     """{node index: EP type} for every node of `graph`; providers in priority order, CPU last. A node no
     EP claims whose op has a function body is replaced by the body, and the new nodes are partitioned
     in turn (ORT: InlineNodes, repeated while the graph changes)."""
-    from ortlab.transformers.session_transforms import has_function_body, inline_nodes
-
     assignment = _assign(graph, providers, logger, {})
     while any(n.index not in assignment and has_function_body(n) for n in graph.nodes()):
         inlined = inline_nodes(graph)
@@ -50,8 +50,6 @@ def partition(graph, providers, logger):
 def remove_duplicate_casts(graph, logger):
     """What TransformGraph runs next at every level: InsertCastTransformer's RemoveDuplicateCastTransformer
     (onnxruntime/core/optimizer/insert_cast_transformer.cc; ortlab.memory.session_graph mirrors it)."""
-    from ortlab.transformers.remove_duplicate_cast import remove_duplicate_casts as remove
-
     for name in remove(graph):
         logger.info("insert_cast_transformer.cc RemoveDuplicateCastTransformer", f"Removed Cast node {name}")
 

@@ -34,8 +34,10 @@ import ortlab.engine.triton_execution_provider  # noqa: F401 (registers the Trit
 from ortlab.engine.execution_frame import EMPTY_OPTIONAL, ExecutionFrame, data_ptr
 from ortlab.engine.execution_provider import EXECUTION_PROVIDERS, ExecutionProvider
 from ortlab.engine.graph_partitioner import input_dtypes, partition
+from ortlab.engine.io_binding import IOBinding
 from ortlab.engine.kernel_registry import CPU
 from ortlab.engine.logger import Logger
+from ortlab.engine.memory_pattern import pattern_for, reuse_for
 from ortlab.engine.options import RunOptions, SessionOptions
 from ortlab.engine.profiler import Profiler
 from ortlab.engine.run_stats import RunStats
@@ -45,7 +47,9 @@ from ortlab.engine.transformer_memcpy import MemcpyTransformer
 from ortlab.ir import Graph
 from ortlab.ir.model_load import load_model as load_path
 from ortlab.ir.node_arg import NodeArg as GraphValue  # the IR's; NodeArg below is ORT's Python one
+from ortlab.memory import BFCArena
 from ortlab.memory.session_graph import SessionGraph, declarations, planning_view
+from ortlab.transformers import GraphTransformerManager
 from ortlab.errors import OrtlabError, as_names
 
 
@@ -202,8 +206,6 @@ class InferenceSession:
         level = self.options.level()
         if level == 0:
             return model
-        from ortlab.transformers import GraphTransformerManager
-
         eps = [p.ort_equivalent for p in self.providers if p.ort_equivalent]
         try:
             GraphTransformerManager.from_registry(level, providers=eps).transform_graph(self.graph)
@@ -302,15 +304,11 @@ class InferenceSession:
     def io_binding(self):
         """A new IOBinding for this session (ORT: InferenceSession.io_binding()): bind inputs and outputs
         once, run with run_with_iobinding(binding) as often as wanted."""
-        from ortlab.engine.io_binding import IOBinding
-
         return IOBinding(self)
 
     def run_with_iobinding(self, iobinding, run_options=None):
         """Run with the binding's inputs as feeds (no copy) and its outputs as fetches; the results are
         read with iobinding.get_outputs() (ORT: InferenceSession.run_with_iobinding)."""
-        from ortlab.engine.io_binding import IOBinding
-
         if not isinstance(iobinding, IOBinding) or iobinding.session is not self:
             raise InvalidArgument("run_with_iobinding takes an IOBinding made by this session's "
                                   f"io_binding(), not {type(iobinding).__name__}")
@@ -344,8 +342,6 @@ class InferenceSession:
         """The last run's host allocations replayed through ortlab.memory's BFCArena (ORT's CPU arena):
         with the memory pattern, the block then what lies outside it; without, every tensor. Its
         `.stats` are ORT's AllocatorStats, `.lines()` the log lines ORT's arena would write."""
-        from ortlab.memory import BFCArena
-
         if not hasattr(self, "last_run"):
             raise InvalidArgument("arena() replays the last run's allocations: run the session first")
         arena = BFCArena()
@@ -371,8 +367,6 @@ class InferenceSession:
         off the allocation plan's ReusePlan; None when the graph cannot be planned statically (then logged)."""
         key = (self.options.enable_mem_pattern, tuple(sorted((slot, _feed_shape(v)) for slot, v in feeds.items())))
         if key not in self._patterns:
-            from ortlab.engine.memory_pattern import pattern_for, reuse_for
-
             found, why = (pattern_for if self.options.enable_mem_pattern else reuse_for)(self, feeds)
             if found is None:
                 what = "memory pattern" if self.options.enable_mem_pattern else "allocation plan's reuse"

@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from onnx import helper
 
 from ortlab.engine.errors import InvalidArgument
 
@@ -252,8 +253,6 @@ def _describe(value):
 
 
 def _onnx_name(dtype):
-    from onnx import helper
-
     try:
         code = helper.np_dtype_to_tensor_dtype(dtype)
     except Exception:  # noqa: BLE001 (a numpy type ONNX has no name for)

@@ -6,6 +6,8 @@ WARNING 2, ERROR 3, FATAL 4; a session logs what is at or above its log_severity
 """
 import sys
 
+from ortlab.engine.errors import InvalidArgument
+
 SEVERITIES = "VIWEF"
 
 
@@ -14,8 +16,6 @@ class Logger:
 
     def __init__(self, severity=2, stream=None):
         if severity not in range(5):
-            from ortlab.engine.errors import InvalidArgument
-
             raise InvalidArgument(f"log_severity_level must be 0 (verbose) to 4 (fatal), got {severity!r}")
         self.severity, self.stream, self.lines = severity, stream, []
 

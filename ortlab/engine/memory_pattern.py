@@ -13,6 +13,8 @@ import math
 import numpy as np
 
 from ortlab.errors import OrtlabError
+from ortlab.memory import plan, validate
+from ortlab.memory.planners import placement_of
 from ortlab.ops.kernel_def import KernelDef
 
 ALIGNMENT = 256  # kAllocAlignment: planned sizes are rounded up to it
@@ -88,8 +90,6 @@ def pattern_for(session, feeds):
         return None, why
     planner = session.options.planner()
     if planner != "ort":
-        from ortlab.memory.planners import placement_of
-
         found = placement_of(found, planner).as_plan()
     return MemoryPattern(found), ""
 
@@ -102,8 +102,6 @@ def _plan(session, feeds):
     if any(not hasattr(v, "shape") for v in feeds.values()):
         return None, ("a feed is a sequence or an empty optional: ORT's ExecutionFrame uses the memory pattern only "
                       "when every feed is a tensor (execution_frame.cc)")
-    from ortlab.memory import plan, validate
-
     shapes = {state.value_names[slot]: tuple(np.shape(v)) for slot, v in feeds.items()}
     try:
         found = plan(session.planning_graph(), shapes, order=session.options.order(),

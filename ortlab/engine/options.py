@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ortlab.engine.errors import InvalidArgument
+from ortlab.memory.planners import OFFSET_PLANNERS, planner_problem
 
 # ORT's GraphOptimizationLevel values -> ortlab.transformers' levels (0: none)
 LEVELS = {0: 0, 1: 1, 2: 2, 99: 3}
@@ -78,8 +79,6 @@ class SessionOptions(_Options):
 
     def planner(self):
         """'ort', a registered offset planner's name, or a function; anything else is refused here."""
-        from ortlab.memory.planners import OFFSET_PLANNERS, planner_problem
-
         value = self.memory_planner
         if isinstance(value, str) and (value == "ort" or value in OFFSET_PLANNERS):
             return value

@@ -16,6 +16,7 @@ then a MemcpyFromHost of the reader's. Then:
     when fed (utils::CopyInputsAcrossDevices), with no node;
   - an initializer read on both sides is duplicated for the device side, with no node.
 """
+from ortlab.engine.errors import NotImplementedKernel
 from ortlab.transformers.graph_utils import unique_value_name as _unique
 
 
@@ -118,8 +119,6 @@ class MemcpyTransformer:
         assignment[node.index] = self.device_ep.type
         found, _ = self.device_ep.find_kernel(node)
         if found is None:
-            from ortlab.engine.errors import NotImplementedKernel
-
             raise NotImplementedKernel(
                 f"{self.device_ep.type} keeps tensors on {self.device_ep.device} but registers no {node.op_type} "
                 f"kernel to copy values between host and device; register MemcpyFromHost and MemcpyToHost for it "

@@ -14,6 +14,7 @@ from ortlab.engine.execution_provider import (ExecutionProvider, OrtDevice, chec
 from ortlab.ops.kernel_def import KernelDef
 from ortlab.engine.kernel_registry import KernelCreateInfo, register_op_kernel
 from ortlab.engine.op_kernel import OpKernel
+from ortlab.kernels.registry import KERNELS, get_kernel, load_builtin_kernels
 
 TRITON = "TritonExecutionProvider"
 
@@ -25,7 +26,7 @@ def _torch():
 
 
 def _device():
-    from ortlab.env import kernel_device
+    from ortlab.env import kernel_device  # lazy: ortlab.env imports torch; a CPU-only session never loads it
 
     return kernel_device()
 
@@ -47,8 +48,6 @@ class TritonExecutionProvider(ExecutionProvider):
         found, why = self.kernel_registry().find(node, dtypes)
         if found is not None or why != "no kernel registered":
             return found, why
-        from ortlab.kernels.registry import KERNELS, load_builtin_kernels
-
         load_builtin_kernels()
         kernel_cls = KERNELS.get((node.op_type, node.domain))
         if kernel_cls is None:
@@ -101,8 +100,6 @@ class TritonKernel(OpKernel):
 
     def __init__(self, info):
         super().__init__(info)
-        from ortlab.kernels.registry import get_kernel
-
         node = info.node
         self.kernel = get_kernel(node.op_type, node.domain)(**node.attributes)
 
