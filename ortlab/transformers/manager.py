@@ -19,11 +19,12 @@ from pathlib import Path
 import onnx
 
 from ortlab.errors import OrtlabError, as_names
-from ortlab.ir import Graph
+from ortlab.ir import Graph, load_model
 from ortlab.ir.subgraph import load_bodies
 from ortlab.transformers import graph_utils as gu, registry
 from ortlab.transformers.graph_transformer import GraphTransformer, RuleBasedGraphTransformer, TransformerError
 from ortlab.transformers.graph_utils import label
+from ortlab.viz import Table
 
 
 @dataclass
@@ -63,9 +64,9 @@ class GraphTransformerManager:
         wanted = _check_names(names)
         options = _check_options(options)
         if providers is None:
-            from ortlab.env import providers as default_providers
+            from ortlab.env import providers as default_providers  # lazy: ortlab.env imports torch
             providers = default_providers()
-        from ortlab.session import check_providers
+        from ortlab.session import check_providers  # lazy: ortlab.session imports onnxruntime (2 s)
         providers = check_providers(providers, OrtlabError)
         manager = cls(steps)
         for lvl in range(1, level + 1):
@@ -160,7 +161,6 @@ class GraphTransformerManager:
     def history_table(self, all_steps=False):
         """Per level, step and transformer: what it removed, added and fused (modifying steps only
         unless all_steps)."""
-        from ortlab.viz import Table
         rows = []
         for r in self.history:
             if r.modified or all_steps:
@@ -178,7 +178,6 @@ class GraphTransformerManager:
 
     def declined(self, name=None):
         """Why each transformer (or the one called `name`) left nodes alone, last step only."""
-        from ortlab.viz import Table
         last = {}
         for r in self.history:
             if name is None or r.transformer == name:
@@ -232,7 +231,6 @@ def _copy(model):
         if not isinstance(model, (str, Path)):
             raise OrtlabError(f"optimize() takes an onnx.ModelProto or a path to a .onnx file, not "
                               f"{type(model).__name__}")
-        from ortlab.ir import load_model
         return load_model(model)
     copy = onnx.ModelProto()
     copy.CopyFrom(model)

@@ -22,6 +22,7 @@ from ortlab.transformers.manager import GraphTransformerManager
 from ortlab.transformers.noop_elimination import NoopElimination
 from ortlab.transformers.not_where_fusion import NotWhereFusion
 from ortlab.transformers.simplified_layer_norm_fusion import SimplifiedLayerNormFusion
+from ortlab.viz import Table
 
 # ORT 1.19's list, in order, and the ortlab class for each where ortlab has one.
 ORT_PRE_TRAINING_TRANSFORMERS = [
@@ -68,5 +69,4 @@ def optimize_for_training(model, weights_to_train, steps=5):
 
 def ort_pre_training_table():
     """ORT's pre-training transformers next to the ortlab class that mirrors each."""
-    from ortlab.viz import Table
     return Table(("ORT (GeneratePreTrainingTransformers)", "ortlab"), ORT_PRE_TRAINING_TRANSFORMERS)
