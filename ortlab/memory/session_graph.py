@@ -41,9 +41,8 @@ def planning_view(graph, order, declared):
 
 def session_graph(model):
     """SessionGraph for an onnx.ModelProto: reusable by several plan() calls (orders, reuse, shapes)."""
-    from ortlab.transformers.remove_duplicate_cast import remove_duplicate_casts  # a floor below;
-    from ortlab.transformers.session_transforms import inline_nodes
-    # imported here so that importing ortlab.memory does not register every graph transformer
+    from ortlab.transformers.remove_duplicate_cast import remove_duplicate_casts  # lazy: loads every graph transformer
+    from ortlab.transformers.session_transforms import inline_nodes  # lazy: ortlab.memory loads no transformer
     graph = Graph.from_model(model, constants_as_initializers=True)
     types = infer_types(graph, graph.topological_order("default"))
     inlined = inline_nodes(graph, types)
