@@ -8,8 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
 
 from ortlab.errors import OrtlabError
+from ortlab.gradients.graph_builder import build_gradient_graph, check_loss_name, check_x_names
 from ortlab.ir import Graph
 
 DELTA, TOLERANCE = 1e-3, 1.5e-2
@@ -38,16 +40,12 @@ class GradientCheck:
 
 
 def _session(model):
-    from ortlab import session
+    from ortlab import session  # lazy: ortlab.session imports onnxruntime (2 s)
 
     return session.create(model, session.session_options("disable"), ["CPUExecutionProvider"])
 
 
 def _check_arguments(model, x_names, loss_name, feeds):
-    import onnx
-
-    from ortlab.gradients.graph_builder import check_loss_name, check_x_names
-
     if not isinstance(model, onnx.ModelProto):
         raise GradientCheckError(f"the model must be an onnx.ModelProto, not {type(model).__name__}")
     x_names = check_x_names(x_names, GradientCheckError)
@@ -78,7 +76,7 @@ def numeric_gradient(model, x_names, loss_name, feeds, delta=DELTA, max_elements
     values = _values(graph, feeds, x_names)
     graph.inputs += [x for x in x_names if x not in graph.inputs]  # initializers become overridable
     graph.outputs = [loss_name]
-    from ortlab.session import run_session
+    from ortlab.session import run_session  # lazy: ortlab.session imports onnxruntime (2 s)
 
     session = _session(graph.to_model())
     base = {**{k: np.asarray(v) for k, v in feeds.items()}, **values}
@@ -106,8 +104,7 @@ def check_gradient(model, x_names, loss_name, feeds, gradient_model=None, delta=
     gradient_model defaults to ortlab's build_gradient_graph(model, x_names, loss_name); pass
     ORT's (ort_gradient_graph) or your own to check that one instead.
     """
-    from ortlab.gradients.graph_builder import build_gradient_graph
-    from ortlab.session import run_model
+    from ortlab.session import run_model  # lazy: ortlab.session imports onnxruntime (2 s)
 
     x_names, feeds = _check_arguments(model, x_names, loss_name, feeds)
     gradient_model = gradient_model or build_gradient_graph(model, x_names, loss_name)

@@ -7,8 +7,10 @@ import copy
 
 import onnx
 
+from ortlab.capture import captured_lines
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
+from ortlab.gradients.graph_builder import check_loss_name, check_x_names
 from ortlab.onnx_defs import domain_of
 
 
@@ -44,8 +46,6 @@ def insert_outputs_for_gradients(model):
 def check_arguments(model, x_names, loss_name):
     """The arguments checked as build_gradient_graph checks them (one str is one x name), with
     the names looked up in the model, so that ORT's C++ checks never see a bad one."""
-    from ortlab.gradients.graph_builder import check_loss_name, check_x_names
-
     if not isinstance(model, onnx.ModelProto):
         raise OrtGradientError(f"the model must be an onnx.ModelProto, not {type(model).__name__}")
     x_names = check_x_names(x_names, OrtGradientError)
@@ -90,8 +90,6 @@ def ort_gradient_graph(model, x_names, loss_name):
 
     x_names: a list of names, or one name as a str (as build_gradient_graph takes them).
     """
-    from ortlab.capture import captured_lines
-
     x_names, loss_name = check_arguments(model, x_names, loss_name)
     capi = quiet_import("onnxruntime.capi._pybind_state")
     model = insert_outputs_for_gradients(model)
