@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ortlab.cuda import op_kernels
+from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
 from ortlab.onnx_defs import one_node_model, op_name
 from ortlab.kernels.executor import bind, run
@@ -72,7 +74,7 @@ def op_model(kernel, arrays, n_outputs):
 
 def run_in_ort(model, feeds, provider):
     """Outputs of the one-node model in ORT on one provider, or the error ORT gave."""
-    from ortlab.session import run_model
+    from ortlab.session import run_model  # lazy: ortlab.session imports onnxruntime (2 s)
 
     try:
         return list(run_model(model, feeds, (provider,)).values()), None
@@ -137,8 +139,6 @@ def op_test(op_type, inputs, attributes=None, domain="", providers=None, cuda_cp
     Returns an OpTestResult; raises OpTestFailure naming the op, the inputs' shapes and the worst
     element when any comparison fails.
     """
-    from ortlab.env import quiet_import
-
     if attributes is None:
         attributes = {}
     if not isinstance(attributes, dict):
@@ -189,8 +189,6 @@ def op_test(op_type, inputs, attributes=None, domain="", providers=None, cuda_cp
 def cuda_outputs(kernel, arrays, attributes):
     """The outputs of ortlab's CUDA C++ kernel of the op (ortlab.cuda.op_kernels), or a result row saying
     that there is none or that it declines these inputs."""
-    from ortlab.cuda import op_kernels
-
     row = {"against": "CUDA C++ kernel", "output": "-", "shape": "-", "ok": False}
     if op_kernels.registered(kernel.op_type, kernel.domain) is None:
         return {**row, "detail": "op_test(cuda_cpp=True): ortlab.cuda.op_kernels has no kernel for this op"}

@@ -16,7 +16,11 @@ import triton.language as tl
 
 from ortlab.env import kernel_device
 from ortlab.kernels.executor import block_size, launch
+from ortlab.kernels.ops.gelu import gelu_grad_kernel
+from ortlab.kernels.ops.layer_norm import LayerNormalization
 from ortlab.kernels.ops.reduce_sum import row_sum
+from ortlab.kernels.ops.softmax import row_softmax
+from ortlab.kernels.roofline import bandwidth_rates, cuda_time_ms, wall_time_ms
 
 BLOCK = 1024
 
@@ -113,10 +117,6 @@ def fusion_timings(shape, peaks, peaks_name="measured", on_gpu=None):
     MB moved, and the floor on the memory slope of `peaks` (named `peaks_name` in its column). On a
     GPU (CUDA events) also the achieved GB/s and its % of `peaks`' bandwidth; on CPU (Triton
     interpreted, torch native) those two read roofline.NA_ON_CPU: pass a datasheet GPU's peaks."""
-    from ortlab.kernels.ops.layer_norm import LayerNormalization
-    from ortlab.kernels.ops.softmax import row_softmax
-    from ortlab.kernels.roofline import bandwidth_rates, cuda_time_ms, wall_time_ms
-
     on_gpu = kernel_device() == "cuda" if on_gpu is None else on_gpu
     device = "cuda" if on_gpu else "cpu"
     x = torch.randn(*shape, device=device)
@@ -202,9 +202,6 @@ def block_sweep(n, blocks, timer=None):
 
 def gelu_grad_timer(n):
     """A timer for block_sweep: GeluGrad's kernel on n elements with a given BLOCK (GPU)."""
-    from ortlab.kernels.ops.gelu import gelu_grad_kernel
-    from ortlab.kernels.roofline import cuda_time_ms
-
     dy, x = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
     dx = torch.empty_like(x)
     return lambda block: cuda_time_ms(
@@ -216,8 +213,6 @@ def autotune_gelu_grad(n, blocks=(256, 1024, 4096), warps=(4, 8)):
     winning config as a dict. It times each config with the GPU driver's benchmarker, which Triton
     3.2's interpreter lacks: on CPU the attempt fails, and the RuntimeError says so with Triton's own
     error."""
-    from ortlab.kernels.ops.gelu import gelu_grad_kernel
-
     device = kernel_device()
     configs = [triton.Config({"BLOCK": b}, num_warps=w) for b in blocks for w in warps]
     dy, x = torch.randn(n, device=device), torch.randn(n, device=device)
