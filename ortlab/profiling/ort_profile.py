@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from ortlab.profiling.trace import Event, Profile, ProfileError
+from ortlab.viz import Table
 
 KERNEL_SUFFIX = "_kernel_time"
 RUN_NAMES = ("model_run", "SequentialExecutor::Execute")
@@ -48,7 +49,7 @@ def load_ort_profile(path_or_events):
 
 def profile_model(model, feeds, runs=3, **options):
     """Run `model` `runs` times with ORT's profiler on (ortlab.session.profile) and load it."""
-    from ortlab.session import profile
+    from ortlab.session import profile  # lazy: ortlab.session imports onnxruntime (2 s)
 
     return load_ort_profile(profile(model, feeds, runs=runs, **options))
 
@@ -57,8 +58,6 @@ def plan_table(profile, run=0, limit=None):
     """What each node of one run produced, in execution order: output shapes and bytes, and the running
     total of bytes produced so far (what ORT's allocation planner had to find room for; it reuses
     buffers, so the peak is lower than the total; L2_02 and ortlab.memory.plan)."""
-    from ortlab.viz import Table
-
     if not profile.runs:
         raise ProfileError(f"{profile.source}: no session runs recorded")
     _, start, dur = profile.runs[run]
