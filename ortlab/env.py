@@ -139,7 +139,7 @@ def kernel_device():
 
 def seed_everything(seed=0):
     """Seed Python, numpy and torch (CPU and CUDA), and ask torch for deterministic kernels."""
-    import numpy as np
+    import numpy as np  # lazy: with TRITON_INTERPRET set, importing ortlab.env loads no numpy
     import torch  # heavy: torch
 
     random.seed(seed)

@@ -62,7 +62,7 @@ def opset_of(opset_imports, domain=""):
 
 def make_model(graph, opset=DEFAULT_OPSET, domains=(MS_DOMAIN,), ir_version=IR_VERSION, **kwargs):
     """helper.make_model with ortlab's IR version and opset imports ({domain: 1} for each extra domain)."""
-    from onnx import helper
+    from onnx import helper  # optional: the op keys work without onnx (GPU machines)
 
     imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1) for d in domains]
     model = helper.make_model(graph, opset_imports=imports, **kwargs)
@@ -78,7 +78,7 @@ def one_node_model(op_type, inputs, attributes=None, domain="", opset=DEFAULT_OP
     (elem_type, shape) pairs; an input given as None is an omitted optional input ("").
     `outputs` is a count or a list of names; output types are left for ORT to infer.
     """
-    from onnx import helper
+    from onnx import helper  # optional: the op keys work without onnx (GPU machines)
 
     names, graph_inputs = [], []
     for i, value in enumerate(inputs):
@@ -95,8 +95,8 @@ def one_node_model(op_type, inputs, attributes=None, domain="", opset=DEFAULT_OP
 
 
 def _type_of(value):
-    import numpy as np
-    from onnx import helper
+    import numpy as np  # lazy: the op keys work without numpy (GPU machines)
+    from onnx import helper  # optional: the op keys work without onnx (GPU machines)
 
     if isinstance(value, tuple) and len(value) == 2:
         return value

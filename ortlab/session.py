@@ -19,6 +19,7 @@ from ortlab.capture import captured_lines
 from ortlab.env import providers as default_providers
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
+from ortlab.ir.model_load import missing_external_data
 from ortlab.onnx_defs import DEFAULT_OPSET, one_node_model
 
 ort = quiet_import("onnxruntime")
@@ -121,8 +122,6 @@ def _model_source(model):
     path = Path(model)
     if not path.is_file():
         raise SessionError(f"{path}: no such model file")
-    from ortlab.ir.model_load import missing_external_data
-
     try:
         header = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf's DecodeError: not an ONNX model at all
