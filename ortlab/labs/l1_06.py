@@ -81,7 +81,7 @@ def gather_cases():
 
 # --- running the learner's kernel ------------------------------------------------------------------------------
 
-def _kernel(fn):
+def launchable(fn):
     """The learner's @triton.jit kernel, ready for Triton 3.2's interpreter, whose launch tests every global of
     the kernel's module with `value in [tl, tl.core]`: a numpy array there (any notebook has some) makes that
     test raise "The truth value of an array ... is ambiguous". So under the interpreter the kernel runs as a copy
@@ -121,27 +121,42 @@ def _tensor_at(ranges, addresses):
 @contextlib.contextmanager
 def watched():
     """lab05's bounds_checked, plus the atomic adds checked the same way (an add outside every tensor raises
-    lab05's OutOfBounds instead of corrupting memory) and the names of the tensors each load read. Yields
-    {"reads": set of tensor names}. Under Triton's interpreter only (no effect on a GPU)."""
-    seen = {"reads": set()}
+    lab05's OutOfBounds instead of corrupting memory), and what the kernel moved: yields {"reads": the names of
+    the tensors it loaded from, "loaded" / "stored": {name: elements loaded / stored, over all programs},
+    "order": the tensor arguments' names in launch order}. Under Triton's interpreter only (no effect on a GPU)."""
+    seen = {"reads": set(), "loaded": {}, "stored": {}, "order": []}
     if not interpreted():
         yield seen
         return
     from triton.runtime import interpreter as ti  # heavy: triton
 
     with bounds_checked() as bounds:
-        load, rmw = ti.InterpreterBuilder.create_masked_load, ti.InterpreterBuilder.create_atomic_rmw
+        load, store = ti.InterpreterBuilder.create_masked_load, ti.InterpreterBuilder.create_masked_store
+        rmw = ti.InterpreterBuilder.create_atomic_rmw
 
         def active(ptrs, mask):
             addresses = np.asarray(ptrs.data).astype(np.uint64).astype(np.int64)
             on = np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)
             return addresses[on]
 
+        def count(kind, ptrs, mask):
+            seen["order"] = [r[0] for r in bounds.ranges]
+            addresses = active(ptrs, mask)
+            name = _tensor_at(bounds.ranges, addresses)
+            if name:
+                seen[kind][name] = seen[kind].get(name, 0) + int(addresses.size)
+            return name
+
         def masked_load(self, ptrs, mask, other, *rest):
             result = load(self, ptrs, mask, other, *rest)  # bounds-checked first
-            name = _tensor_at(bounds.ranges, active(ptrs, mask))
+            name = count("loaded", ptrs, mask)
             if name:
                 seen["reads"].add(name)
+            return result
+
+        def masked_store(self, ptrs, value, mask, *rest):
+            result = store(self, ptrs, value, mask, *rest)  # bounds-checked first
+            count("stored", ptrs, mask)
             return result
 
         def atomic_rmw(self, op, ptr, val, mask, *rest):
@@ -160,16 +175,19 @@ def watched():
             return rmw(self, op, ptr, val, mask, *rest)
 
         ti.InterpreterBuilder.create_masked_load = masked_load
+        ti.InterpreterBuilder.create_masked_store = masked_store
         ti.InterpreterBuilder.create_atomic_rmw = atomic_rmw
         try:
             yield seen
         finally:
-            ti.InterpreterBuilder.create_masked_load, ti.InterpreterBuilder.create_atomic_rmw = load, rmw
+            (ti.InterpreterBuilder.create_masked_load, ti.InterpreterBuilder.create_masked_store,
+             ti.InterpreterBuilder.create_atomic_rmw) = load, store, rmw
 
 
-def _run(fn, grid, args, shape, block):
-    """Launch the learner's kernel (its outputs are written into `args`): {"reads": names of the tensors it
-    loaded from}, or a str saying where it went out of bounds. A stub's NotImplementedError is raised again."""
+def run_watched(fn, grid, args, shape, block):
+    """Launch the learner's kernel on `grid` programs (its outputs are written into `args`): what watched() saw
+    ({"reads", "loaded", "stored", "order"}), or a str saying where it went out of bounds. A stub's
+    NotImplementedError is raised again (not done)."""
     try:
         with watched() as seen, np.errstate(all="ignore"):  # the kernel's own inf and NaN are the check's to name
             launch(fn, grid, *args, BLOCK=block)
@@ -192,24 +210,34 @@ def run_softmax(fn, shape):
     shape = tuple(int(d) for d in shape)
     x = to_device(softmax_input(shape))
     y = torch.full(shape, float("nan"), dtype=torch.float32, device=x.device)
-    outcome = _run(_kernel(fn), shape[0], (x, y, shape[1]), shape, block_for(shape[1]))
+    outcome = run_watched(launchable(fn), shape[0], (x, y, shape[1]), shape, block_for(shape[1]))
     return outcome if isinstance(outcome, str) else to_numpy(y)
 
 
 @probe
 def run_gather_grad(fn, case_index):
     """The learner's kernel on GATHER_CASES[case_index], one program per index, into dX of zeros:
-    {"dx": dX, "reads": tensors it loaded from}, or a str saying where it went out of bounds."""
+    {"dx": dX, "reads": which of "indices", "dy", "dx" it loaded from}, or a str saying where it went out of
+    bounds."""
     import torch  # heavy: torch
 
     case = GATHER_CASES[int(case_index)]
     shape, indices, dy = gather_inputs(case)
     dx = torch.zeros(tuple(int(d) for d in shape), dtype=torch.float32, device=to_device(dy).device)
-    outcome = _run(_kernel(fn), indices.size, (to_device(indices.reshape(-1)), to_device(dy.reshape(-1, case[1])),
-                                               dx, case[1]), tuple(shape), block_for(case[1]))
+    args = (to_device(indices.reshape(-1)), to_device(dy.reshape(-1, case[1])), dx, case[1])
+    outcome = run_watched(launchable(fn), indices.size, args, tuple(shape), block_for(case[1]))
     if isinstance(outcome, str):
         return outcome
-    return {"dx": to_numpy(dx), "reads": sorted(outcome["reads"])}
+    return {"dx": to_numpy(dx), "reads": canonical(outcome, ("indices", "dy", "dx"))["reads"]}
+
+
+def canonical(seen, names):
+    """What watched() saw, with the kernel's own parameter names replaced by `names` (the tensor arguments in
+    launch order): {"reads": [names], "loaded": {name: elements}, "stored": {name: elements}}."""
+    rename = dict(zip(seen["order"], names))
+    return {"reads": sorted(rename.get(n, n) for n in seen["reads"]),
+            "loaded": {rename.get(n, n): c for n, c in seen["loaded"].items()},
+            "stored": {rename.get(n, n): c for n, c in seen["stored"].items()}}
 
 
 def check_softmax_rows(kernel_fn):

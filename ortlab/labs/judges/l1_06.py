@@ -132,7 +132,7 @@ def gather_grad(remote, fn):
         dx, truth = got["dx"], ort_gather_grad(shape, indices, dy)
         reason = compare(dx, truth, what="dX", **TOL)
         if reason is None:
-            if "dx_ptr" in got.get("reads", []):
+            if "dx" in got.get("reads", []):
                 raise CheckFailed(f"{label}: your kernel reads dX (a tl.load from dx_ptr) and writes the sum back: "
                                   "right here, where the interpreter runs one program at a time, but on a GPU two "
                                   "programs with the same index read the same old row, and one add is lost (a "
