@@ -322,3 +322,21 @@ def test_only_data_crosses_and_anything_else_comes_back_without_its_behaviour():
     assert type(raised.value).__name__ == "ValueError" and str(raised.value) == "boom"
     with pytest.raises(NotImplementedError):
         remote.answer({"raised": {"type": "NotImplementedError", "message": "not done"}})
+
+
+def test_a_probes_refusal_reads_as_its_own_words_and_never_as_a_pass():
+    """A probe refuses a wrong kind of answer with CheckFailed in the learner's process; the check shows its
+    words (not "your code raised CheckFailed: ..."). The learner's code raising CheckFailed itself gets no
+    further: it is a fail like any other."""
+    from ortlab.labs import checks, remote
+
+    reply = remote.run_probe("ortlab.labs.l0_01:predicted", [lambda: 3], lambda item: item)
+    assert reply == {"raised": {"type": "CheckFailed", "message": "return a dict, not int"}}
+    result = checks.evaluate("needed_inputs", lambda: remote.answer(reply))
+    assert (result.status, result.message) == ("fail", "return a dict, not int")
+
+    def forger():
+        raise checks.CheckFailed("pass")
+
+    forged = remote.run_probe("ortlab.labs.l0_01:predicted", [forger], lambda item: item)
+    assert checks.evaluate("needed_inputs", lambda: remote.answer(forged)).status == "fail"
