@@ -121,6 +121,8 @@ def evaluate(exercise, test):
         return CheckResult(exercise, "fail", f"{_short(exc)}: run the exercise's cell first "
                                              "(did it raise?)")
     except Exception as exc:  # the learner's code may raise anything
+        if type(exc).__name__ == "CheckFailed":  # a probe's refusal in the learner's process, back as remote.answer
+            return CheckResult(exercise, "fail", str(exc))  # raises it: its words, not "your code raised ..."
         return CheckResult(exercise, "fail", f"your code raised {_short(exc)}")
     if reason:
         return CheckResult(exercise, "fail", str(reason))

@@ -19,8 +19,6 @@ import json
 
 import numpy as np
 
-from ortlab.labs.checks import CheckFailed
-
 RESULT_MIME = "application/vnd.ortlab.probe+json"
 PROBES = {}   # "module:function" -> the probe, registered by the lab modules
 TUPLES = {}   # namedtuple name -> type, so that Alloc(...) comes back as an Alloc
@@ -278,8 +276,6 @@ def answer(reply, learners=None):
         raise NameError(message)
     if kind == "RemoteError":
         raise RemoteError(message)
-    if kind == "CheckFailed":  # a probe's own refusal (a wrong type returned, say): its words, not "your code raised"
-        raise CheckFailed(message)
     raise _named(RemoteRaised, kind)(message)
 
 
