@@ -15,6 +15,8 @@ import torch
 from tqdm import tqdm
 
 from ortlab.errors import OrtlabError
+from ortlab.training import tensorboard
+from ortlab.viz import plot_curves
 
 
 class TrainingError(OrtlabError):
@@ -37,8 +39,6 @@ class History:
 
     def plot(self, title="", **curves):
         """The loss curve, with other {label: History} runs beside it."""
-        from ortlab.viz import plot_curves
-
         plot_curves({"this run": self.losses, **{k: h.losses for k, h in curves.items()}}, title=title)
 
     def __repr__(self):
@@ -104,7 +104,6 @@ def train(model, batches, optimizer, steps, loss_fn=None, clip_norm=None, loss_s
     history = History()
     writer = None
     if log_dir is not None:
-        from ortlab.training import tensorboard
         writer = tensorboard.open_writer(log_dir)
     bar = tqdm(range(steps), desc=desc, disable=not progress, leave=True)
     for step in bar:

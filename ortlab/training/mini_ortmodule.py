@@ -16,6 +16,7 @@ from pathlib import Path
 import onnx
 import torch
 
+from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
 from ortlab.training.graph_transition_manager import GraphTransitionManager
 from ortlab.training.io import flatten_inputs
@@ -34,7 +35,7 @@ RUNTIMES = ("ort", "ortlab")
 def _check_arguments(module, gradient_builder, providers, level, opset, runtime="ort"):
     """Checked when the wrapper is built, not at the first forward (as ORTModule's constructor
     checks its module: orttraining/orttraining/python/training/ortmodule/ortmodule.py)."""
-    from ortlab.session import LEVELS
+    from ortlab.session import LEVELS  # lazy: ortlab.session imports onnxruntime (2 s)
 
     if not isinstance(module, torch.nn.Module):
         raise MiniORTModuleError(f"MiniORTModule wraps a torch.nn.Module, not {type(module).__name__}; "
@@ -52,11 +53,9 @@ def _check_arguments(module, gradient_builder, providers, level, opset, runtime=
         raise MiniORTModuleError(f"runtime must be one of {RUNTIMES} ('ort': onnxruntime's sessions, 'ortlab': "
                                  f"ortlab.engine's), not {runtime!r}")
     if providers is not None:
-        from ortlab.env import quiet_import
-
         names = [providers] if isinstance(providers, str) else providers
         if runtime == "ortlab":
-            from ortlab.engine import EXECUTION_PROVIDERS
+            from ortlab.engine import EXECUTION_PROVIDERS  # lazy: runtime='ortlab' only; loads the whole engine
             known = list(EXECUTION_PROVIDERS)
         else:
             known = quiet_import("onnxruntime").get_available_providers()

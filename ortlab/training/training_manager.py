@@ -18,7 +18,9 @@ import onnx
 import torch
 from onnx import TensorProto, helper
 
+from ortlab.env import providers as default_providers
 from ortlab.errors import OrtlabError
+from ortlab.gradients import build_gradient_graph, ort_gradient_graph
 from ortlab.ir import Graph
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
@@ -69,8 +71,6 @@ def add_vjp_loss(model, output_names):
 
 def build_training_graph(model, output_names, x_names, builder="ort"):
     """Forward + backward graph of the VJP loss w.r.t. x_names, by ORT's C++ builder or ortlab's."""
-    from ortlab.gradients import build_gradient_graph, ort_gradient_graph
-
     if builder not in BUILDERS:
         raise TrainingGraphError(f"gradient_builder must be one of {BUILDERS}, not {builder!r}")
     with_loss, differentiable = add_vjp_loss(model, output_names)
@@ -244,10 +244,10 @@ class ORTModuleFunction(torch.autograd.Function):
 def _session(model, providers, level, runtime="ort"):
     """An inference session over one of the two models: onnxruntime's, or ortlab.engine's."""
     if runtime == "ortlab":
-        from ortlab.engine import InferenceSession, SessionOptions
+        from ortlab.engine import InferenceSession, SessionOptions  # lazy: runtime='ortlab' only; loads the engine
 
         return InferenceSession(model, SessionOptions(graph_optimization_level=level), providers)
-    from ortlab import session
+    from ortlab import session  # lazy: ortlab.session imports onnxruntime (2 s)
 
     return session.create(model, session.session_options(level), providers)
 
@@ -255,7 +255,7 @@ def _session(model, providers, level, runtime="ort"):
 def _run(session, fetches, feeds, which):
     """session.run, with ORT's run-time error (a shape the export's graph cannot take...) as a
     TrainingGraphError: the same module is then wrong in PyTorch too, or the export fixed a size."""
-    from ortlab.session import SessionError, run_session
+    from ortlab.session import SessionError, run_session  # lazy: ortlab.session imports onnxruntime (2 s)
 
     try:
         return run_session(session, fetches, feeds)
@@ -274,8 +274,6 @@ class TrainingManager:
 
     def __init__(self, exported, feed_names, x_names, builder="ort", providers=None, level="basic", runtime="ort",
                  input_shapes=None):
-        from ortlab.env import providers as default_providers
-
         self.feed_names, self.x_names = list(feed_names), list(x_names)
         self.outputs = exported.output_names
         providers = providers or (None if runtime == "ortlab" else default_providers())
@@ -322,8 +320,6 @@ class InferenceManager:
     """One session over the processed graph: outputs only, no gradients (ORT's _inference_manager.py)."""
 
     def __init__(self, exported, feed_names, providers=None, level="basic", runtime="ort"):
-        from ortlab.env import providers as default_providers
-
         self.feed_names, self.outputs = list(feed_names), exported.output_names
         providers = providers or (None if runtime == "ortlab" else default_providers())
         self.session = _session(exported.processed, providers, level, runtime)
