@@ -59,7 +59,7 @@ def _wrap(order, model):
     """The module to train for `order`: DDP(model), DDP(ORTModule(model)) or ORTModule(DDP(model))."""
     from torch.nn.parallel import DistributedDataParallel as DDP  # heavy: torch
 
-    from ortlab.ortmodule.driver import ortmodule
+    from ortlab.ortmodule.driver import ortmodule  # lazy: the driver takes 1.5 s to import
 
     if order == "ddp":
         return DDP(model)
@@ -70,7 +70,7 @@ def _wrap(order, model):
 
 def _ort_fell_back(wrapped):
     """True when the ORTModule inside `wrapped` (either order) handed its work back to PyTorch."""
-    from ortlab.ortmodule.driver import fell_back
+    from ortlab.ortmodule.driver import fell_back  # lazy: the driver takes 1.5 s to import
 
     inner = getattr(wrapped, "module", wrapped)
     for candidate in (wrapped, inner):
@@ -104,7 +104,7 @@ def train_wrapped(order, rank, seed=0, steps=3, lr=0.1, batch=4):
 def wrap_order_job(rank, world_size, seed=0, steps=3, lr=0.1, batch=4, orders=WRAP_ORDERS):
     """Rank function: train each wrap order in `orders` (fresh model each) with fallback disabled and
     ORT's logs captured. Returns {order: train_wrapped's result} plus 'log_lines' (ORT's lines kept quiet)."""
-    from ortlab.ortmodule.driver import captured_logs, ortmodule_env
+    from ortlab.ortmodule.driver import captured_logs, ortmodule_env  # lazy: the driver takes 1.5 s to import
 
     quiet_import("onnxruntime.training.ortmodule")
     found = {}

@@ -26,6 +26,7 @@ from ortlab.errors import OrtlabError
 from ortlab.patch import environment
 from ortlab.onnx_defs import op_counts
 from ortlab.training.loop import train as torch_train
+from ortlab.viz import Table
 
 # What ORTModule writes with DebugOptions(save_onnx=True), in the order it makes them.
 DUMPS = ("torch_exported", "post_processed", "optimized_pre_grad", "optimized", "execution_model")
@@ -193,8 +194,6 @@ def gradient_info_by_mode(module, batch):
     """What ORTModule prepares for a training step and for an eval call under torch.no_grad(): its export
     mode, the graph inputs its ExportedModelInfo and PostExportProcessedModelInfo list as requiring a
     gradient (ortmodule/_graph_transition_manager.py), and the graphs it builds (its dumps, DUMPS order)."""
-    from ortlab.viz import Table
-
     rows = []
     for mode in ("training", "eval"):
         with tempfile.TemporaryDirectory() as folder, ortmodule_env(), warnings.catch_warnings():
@@ -354,8 +353,6 @@ def log_levels(module, batch, levels=LOG_LEVELS):
     """What each DebugOptions log level prints during one training step, as a table: per level,
     how many lines of ORTModule's own, whether the exporter's graph and the C++ core's INFO and
     VERBOSE logs appear, or the error the level causes."""
-    from ortlab.viz import Table
-
     rows = []
     for level in levels:
         try:
@@ -436,8 +433,6 @@ def step_time_table(module, batches, steps=20, warmup=3, lr=0.05):
     """PyTorch and ORTModule side by side on copies of `module`, the same batches and SGD: the median
     ms per step after `warmup` steps (the first ORTModule step exports and builds the session),
     the fastest and slowest of those steps, and the first step. Times are this machine's."""
-    from ortlab.viz import Table
-
     if steps <= warmup:
         raise OrtModuleError(f"need steps > warmup to time anything; got steps={steps}, warmup={warmup}")
     reference = copy.deepcopy(module)
@@ -452,8 +447,6 @@ def step_time_table(module, batches, steps=20, warmup=3, lr=0.05):
 def graph_changes(graphs):
     """A table of op-type counts across graphs ({name: ModelProto}, in order), changed rows only,
     with what happened between the first and the last: appears, disappears, fewer, more."""
-    from ortlab.viz import Table
-
     counts = {name: op_counts(m) for name, m in graphs.items()}
     ops = sorted({op for c in counts.values() for op in c})
     names = list(graphs)

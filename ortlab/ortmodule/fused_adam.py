@@ -23,10 +23,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ortlab import models
+from ortlab.distributed.zero_deepspeed import deepspeed_available, fp16_optimizer_on_deepspeed
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError, as_list
 from ortlab.patch import patched
 from ortlab.training.optimizers import OptimizerError, check_hyperparameters
+from ortlab.viz import Table
 
 # multi_tensor_apply.cuh: how many tensors / blocks one launch's argument struct can describe,
 # indexed by depth - 1 (FusedAdam's lists are g, p, m, v: depth 4).
@@ -252,8 +255,6 @@ def _mode(mode):
 def train_params(make_optimizer, module="mlp", steps=5, seed=0):
     """Train a fresh zoo model `module` for `steps` steps with make_optimizer(params) on the zoo's
     example batches (seed + step); returns all parameters flattened into one float64 tensor."""
-    from ortlab import models
-
     steps = _positive(steps, "steps")
     model = module if isinstance(module, torch.nn.Module) else models.get(module, dropout=0.0)
     model = copy.deepcopy(model)
@@ -312,8 +313,6 @@ def compare_with_torch(module="mlp", steps=5, lr=1e-2, weight_decay=0.01, eps_va
     eps_values = as_list(eps_values, "eps_values", "eps values", "(1e-8, 1e-6)", FusedAdamError)
     for eps in eps_values:
         check_adam_arguments(lr, weight_decay, eps)
-    from ortlab.viz import Table
-
     references = {
         "AdamW": train_params(lambda p: torch.optim.AdamW(p, lr=lr, eps=1e-8, weight_decay=weight_decay),
                               module, steps),
@@ -340,8 +339,6 @@ def grouping_table(sizes, chunk_size=CHUNK_SIZE, block=1024):
     per tensor), ORT's multi_tensor_apply (plan_launches, depth 4) and ortlab's flat-buffer
     multi-tensor SGD (ortlab.kernels.optimization.sgd_step_multi_tensor: one launch of
     ceil(total / block) programs)."""
-    from ortlab.viz import Table
-
     sizes = _sizes(sizes)
     plan = plan_launches(sizes, chunk_size)
     total = sum(sizes)
@@ -378,8 +375,6 @@ def fp16_optimizer_alone(optimizer=None):
 
 def fp16_modifier_registry():
     """What FP16_Optimizer knows, as a Table: optimizer type -> ORT modifier class (and its file)."""
-    from ortlab.viz import Table
-
     registry = quiet_import("onnxruntime.training.optim._modifier_registry")
     rows = [(name, cls.__name__, cls.__module__.split(".")[-1] + ".py")
             for name, cls in registry.OptimizerModifierTypeRegistry._MAP.items()]
@@ -391,8 +386,7 @@ def fp16_modifier_registry():
 def fp16_with_deepspeed():
     """FP16_Optimizer on a real DeepSpeed ZeRO-1 optimizer, in one gloo rank (DeepSpeed lives apart from the
     environment: ortlab.distributed.zero_deepspeed): a sentence saying what ORT's DeepSpeedZeROModifier did."""
-    from ortlab.distributed import launch
-    from ortlab.distributed.zero_deepspeed import fp16_optimizer_on_deepspeed
+    from ortlab.distributed import launch  # local: this module's loops name a variable `launch` (ruff F402)
 
     found = launch(fp16_optimizer_on_deepspeed, 1, timeout=300)[0]
     changed = [w for w in found["warnings"] if "has changed after version" in w]
@@ -411,8 +405,6 @@ def fp16_with(library):
     importing the library failed, and what the modifier would need."""
     if library not in ("deepspeed", "apex"):
         raise FusedAdamError(f"library must be 'deepspeed' or 'apex', not {library!r}")
-    from ortlab.distributed.zero_deepspeed import deepspeed_available
-
     if library == "deepspeed" and deepspeed_available():
         return fp16_with_deepspeed()
     try:

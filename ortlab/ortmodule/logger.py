@@ -11,9 +11,11 @@ import contextlib
 import copy
 import re
 
+from ortlab import models
 from ortlab.errors import OrtlabError
 from ortlab.patch import environment
 from ortlab.ortmodule.driver import LINE_KINDS, LOG_LEVELS, OrtModuleError, train
+from ortlab.viz import Table
 
 ENV = "ORTMODULE_LOG_LEVEL"
 DEFAULT_CASES = (("WARNING", None), ("WARNING", "INFO"), ("WARNING", "DEVINFO"), ("INFO", "WARNING"),
@@ -47,8 +49,6 @@ def count_lines(log):
 
 def _module(module):
     """A fresh copy of a zoo model (by name) or of an nn.Module with example_inputs()."""
-    from ortlab import models
-
     if isinstance(module, str):
         return models.get(module, dropout=0.0)
     if not hasattr(module, "example_inputs"):
@@ -82,8 +82,6 @@ def env_level_table(cases=DEFAULT_CASES, module="mlp", portable=False):
 
     portable=True keeps the table the same on any machine: how many lines ORT's C++ core logs depends
     on it (thread pools), so 'ORT C++ INFO' becomes yes/no and 'lines' counts the other lines only."""
-    from ortlab.viz import Table
-
     if not isinstance(portable, bool):
         raise LoggerError(f"portable must be True or False, not {portable!r}")
     rows = []
@@ -123,8 +121,6 @@ def rank_log_counts(rank, world_size, levels=("WARNING",), module="mlp"):
 
 def rank_filter_table(results):
     """The rank_log_counts results of a launch as a Table: one row per level and rank."""
-    from ortlab.viz import Table
-
     if not isinstance(results, (list, tuple)) or not all(isinstance(r, dict) for r in results):
         raise LoggerError("results must be the list launch(rank_log_counts, ...) returned "
                           "(one dict per rank)")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import onnx
 import torch
+from onnx import helper
 from torch.utils.dlpack import from_dlpack, to_dlpack
 
 from ortlab.env import quiet_import
@@ -197,8 +198,6 @@ class ModuleTrainingAgent:
     def _check_types(self, names, values):
         """Every feed a tensor of the graph input's element type and rank: TrainingAgent.run_forward checks
         neither (a float64 tensor reaches the first kernel and fails inside it, "Tensor type mismatch")."""
-        from onnx import helper
-
         declared = {i.name: i.type.tensor_type for i in self.graphs.training_model.graph.input}
         for name, value in zip(names, values):
             if not isinstance(value, torch.Tensor):

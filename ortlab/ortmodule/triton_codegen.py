@@ -24,7 +24,10 @@ import onnx
 from onnx import TensorProto, helper
 
 from ortlab.env import quiet_import
+from ortlab import models
 from ortlab.errors import OrtlabError
+from ortlab.patch import environment
+from ortlab.viz import Table
 
 _AUTOTUNE = re.compile(r"@triton\.autotune\((?P<body>.*?)\)\n@triton\.jit\ndef (?P<name>\w+)\(", re.S)
 _FIRST_CONFIG = re.compile(r"triton\.Config\((\{[^}]*\})")
@@ -253,9 +256,7 @@ def switches_run(folder=None, module="mlp"):
     """One ORTModule training step with USE_TRITON, USE_FLASH_ATTENTION, ENABLE_TUNING,
     MAX_TUNING_DURATION_MS=500, TUNING_RESULTS_PATH=<folder>/tuning and TRITON_CONFIG_FILE set:
     {'runtime options', 'banner', 'tuning files', 'config ops'} read back from ORT."""
-    from ortlab import models
-    from ortlab.ortmodule.driver import train
-    from ortlab.patch import environment
+    from ortlab.ortmodule.driver import train  # lazy: the driver takes 1.5 s to import
 
     folder = Path(folder or tempfile.mkdtemp(prefix="ortlab-triton-family-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -284,8 +285,6 @@ def family_table(run=None, facts=None, switches=None):
     """The Triton family as a Table: switch, verdict ('runs here', 'closest real thing' or 'not
     possible here, because ...') and evidence, each computed from what happened: a TritonRun
     (run_interpreted), build_facts() and switches_run() (computed when not given)."""
-    from ortlab.viz import Table
-
     run = run if run is not None else run_interpreted()
     facts = facts if facts is not None else build_facts()
     switches = switches if switches is not None else switches_run()
