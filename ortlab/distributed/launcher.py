@@ -38,6 +38,7 @@ import time
 import warnings
 from multiprocessing.connection import wait as wait_for_any
 
+from ortlab import env
 from ortlab.distributed.launch_report import (RANK_START_CPU_S, LaunchError, LaunchResult, LaunchWarning,
                                              group_by, ranks_text, timeout_summary)
 from ortlab.distributed.rank_worker import RankFiles, run_worker, trimmed_stack, write_atomic
@@ -201,8 +202,6 @@ def choose_backend(backend, world_size):
     """The process group's backend: NCCL, one rank per GPU, when ortlab.env's device is CUDA and there
     are at least `world_size` GPUs; gloo on CPU otherwise. An explicit backend is checked."""
     if backend is None:
-        from ortlab import env
-
         # env.device() imports onnxruntime: ask it only where CUDA is possible or a device is asked for.
         if _gpu_count() == 0 and not os.environ.get(env.DEVICE_VARIABLE):
             return "gloo"

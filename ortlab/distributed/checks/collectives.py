@@ -7,6 +7,7 @@ import torch.distributed as dist
 
 from ortlab.distributed.collectives import (all_to_all, CollectiveError, CollectiveTrace, ring_all_gather,
                                             ring_all_reduce, ring_bytes_per_rank, ring_reduce_scatter)
+from ortlab.viz import Table
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,8 +200,6 @@ def check_table(results):
     """A Table from collectives_check's results (one per rank): for each collective, the mirror's
     largest difference from the stock op and from one process's answer, and the bytes each rank sent
     against ring_bytes_per_rank's formula."""
-    from ortlab.viz import Table
-
     if not isinstance(results, (list, tuple)) or not results or not all(isinstance(r, dict) for r in results):
         raise CollectiveError("check_table takes the list launch(collectives_check, N) returned")
     world, answers, rows = len(results), _one_process_answers(results), []
