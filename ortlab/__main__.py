@@ -11,7 +11,7 @@ def main(argv=None):
         listing = "; ".join(f"{name}: {what}" for name, what in COMMANDS.items())
         print(f"usage: python -m ortlab COMMAND ...; commands: {listing}", file=sys.stderr)
         return 2
-    from ortlab.compare import main as compare_main
+    from ortlab.compare import main as compare_main  # lazy: compare loads torch and onnx; a usage error needs neither
     return compare_main(argv[1:])
 
 

@@ -22,6 +22,8 @@ import onnx
 
 from ortlab.compare.report import CompareError
 from ortlab.errors import OrtlabError
+from ortlab.gradients.ort import ort_gradient_graph as build
+from ortlab.memory.ort_arena_log import ort_block as block
 
 ORT_TIMEOUT_S = 600      # one ORT call (load, optimize, build gradients, run): then the child is stopped
 TIMEOUT_S = contextvars.ContextVar("ortlab_compare_timeout_s", default=ORT_TIMEOUT_S)  # compare(timeout=...)
@@ -175,7 +177,7 @@ def _stop(child):
 
 def ort_loads(model):
     """ORT 1.19.2 loads the model (optimizations off), or raises SessionError with ORT's reason."""
-    from ortlab import session
+    from ortlab import session  # lazy: only the forked child loads onnxruntime (2 s)
 
     session.create(model, session.session_options("disable"), ["CPUExecutionProvider"])
 
@@ -183,7 +185,7 @@ def ort_loads(model):
 def ort_optimized(model, level):
     """ORT's optimized graph at `level` ('basic', 'extended', 'all') on the CPU EP, and the transformers
     that logged "modified: 1" while making it (graph_transformer.cc, verbose)."""
-    from ortlab import session
+    from ortlab import session  # lazy: only the forked child loads onnxruntime (2 s)
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "optimized.onnx"
@@ -196,22 +198,18 @@ def ort_optimized(model, level):
 
 def ort_gradient_graph(model, xs, loss):
     """The forward + backward model ORT's C++ GradientGraphBuilder builds."""
-    from ortlab.gradients.ort import ort_gradient_graph as build
-
     return build(model, xs, loss)
 
 
 def run_model(model, feeds):
     """{output name: array} from one ORT run, optimizations off."""
-    from ortlab.session import run_model as run
+    from ortlab.session import run_model as run  # lazy: only the forked child loads onnxruntime (2 s)
 
     return run(model, feeds)
 
 
 def ort_block(model, feeds):
     """The memory-pattern block ORT asks its CPU arena for on the first run (None when not logged)."""
-    from ortlab.memory.ort_arena_log import ort_block as block
-
     try:
         return block(model, feeds)
     except OrtlabError:
