@@ -6,6 +6,8 @@ wraps IPython's `display` and rewrites a check's status; a cell that replaces a 
 that has `__call__` (no `__code__`, so the replaced-check detection never saw it); an answer whose `==` is
 always true. The grader now runs its checks in its own process and gets only data from the kernel.
 """
+import re
+
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell
@@ -178,8 +180,16 @@ def _lab_number(name):
 
 
 def _judge_of(name):
-    """The judge module of a lab (lab01) or of a walkthrough's exercises (l1_05)."""
-    return _lab_number(name) if name.startswith("lab") else name[:5].lower()
+    """The judge module of a lab (lab01) or of a walkthrough's exercises: the lab module its check cells call
+    (`l1_05.check_...` in L1_05_gradient_graph_building, `l00_welcome.check_...` in 00_welcome)."""
+    if name.startswith("lab"):
+        return _lab_number(name)
+    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    called = {m.group(1) for cell in nb.cells if cell.cell_type == "code"
+              for m in re.finditer(r"\b(\w+)\.check_\w+\(", cell.source)}
+    judged = sorted(m for m in called if (ROOT / "ortlab" / "labs" / "judges" / f"{m}.py").exists())
+    assert len(judged) == 1, f"{name}: its check cells call {sorted(called)}; expected one module with a judge"
+    return judged[0]
 
 
 def _every_forgery(lab):
