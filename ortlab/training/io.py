@@ -8,6 +8,12 @@ dicts, None and non-tensor values. `torch.utils._pytree` does the walking both w
 The *schema* is what decides a re-export: the tree's structure, and for each leaf either
 (dtype, rank, requires_grad) of a tensor or the value of a non-tensor. Shapes are not part
 of it, because the graph is exported with every dimension dynamic.
+
+Where this differs from ORTModule 1.19.2: a Python int, float or bool argument is a ValueStub here, baked into
+the graph, so a new value exports again. ORTModule feeds such a number to the graph as a tensor
+(`_io.py`, `constant_as_tensor`) and records only its type (a bool's value too), so a new value reuses the graph
+and a new type exports again (L0_02 shows both side by side; tests/training/test_ortmodule_number_inputs.py pins
+ORTModule's own bugs on that path). The losses agree; the number of exports does not.
 """
 from dataclasses import dataclass, field
 
