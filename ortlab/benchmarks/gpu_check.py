@@ -36,6 +36,7 @@ import traceback
 from pathlib import Path
 
 from ortlab.benchmarks import gpu_parts  # noqa: F401 - registers the seven parts, in order
+from ortlab.benchmarks.gpu_record import summary
 from ortlab.benchmarks.gpu_registry import PARTS, Context, Skip
 
 RECORDS = Path(__file__).resolve().parents[2] / "gpu_records"
@@ -182,8 +183,6 @@ def main(argv=None):
     parser.add_argument("--parts", help=f"comma-separated subset of {list(PARTS)}")
     parser.add_argument("--budget", type=float, default=TOTAL_BUDGET_S, help="total seconds for all parts")
     args = parser.parse_args(argv)
-    from ortlab.benchmarks.gpu_record import summary
-
     entries = run_parts(_select(args.parts), Context(dry_run=args.dry_run), args.budget, on_done=_progress)
     record = build_record(entries, args.dry_run)
     path = None

@@ -10,7 +10,15 @@ that fails (no libnvrtc found, an arch ortlab does not list), `nvcc -cubin -Xptx
 import os
 import shutil
 
+import numpy as np
+
+from ortlab.benchmarks.gpu_cuda_cases import CASES, run_case
 from ortlab.benchmarks.gpu_registry import Skip, dry_run_stop
+from ortlab.cuda import compile as ortlab_compile
+from ortlab.cuda import kernels
+from ortlab.cuda.launcher import CupyLauncher
+from ortlab.cuda.occupancy import occupancy
+from ortlab.cuda.ptxas import compile_file, parse_resources
 
 BLOCK_SIZES = (32, 64, 128, 256, 512, 1024)
 DYNAMIC_SHARED = (0, 32 * 1024)
@@ -29,8 +37,6 @@ def device_arch():
 
 def compile_source(text, arch):
     """{arch, compiler, cubin, kernels: {name: KernelResources}, seconds} for CUDA C++ `text`."""
-    from ortlab.cuda import compile as ortlab_compile
-
     try:
         result = ortlab_compile(text, arch)
         if result.cubin is None:
@@ -44,8 +50,6 @@ def compile_source(text, arch):
 
 def nvcc_compile(text, arch):
     """The same source through `nvcc -cubin -arch=<arch> -Xptxas -v`; resources from ptxas's report."""
-    from ortlab.cuda.ptxas import compile_file, parse_resources
-
     nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
     if nvcc is None:
         raise RuntimeError("neither ortlab.cuda.compile nor nvcc could compile: nvcc is not on PATH")
@@ -68,25 +72,17 @@ def use_cuda_home(home="/usr/local/cuda"):
 
 def compile_all(arch):
     """Every registered source compiled for `arch`: {source name: compile_source(...)}."""
-    from ortlab.cuda import kernels
-
     use_cuda_home()
     return {name: compile_source(kernels.source(name), arch) for name in kernels.SOURCES}
 
 
 def uncovered_sources():
     """Registered sources that no KernelCase runs (compiled and counted in occupancy, not run)."""
-    from ortlab.benchmarks.gpu_cuda_cases import CASES
-    from ortlab.cuda import kernels
-
     return sorted(set(kernels.SOURCES) - {case.source for case in CASES})
 
 
 def part_cuda_kernels(context):
     """(b) Each kernel case compiled for this GPU and run on it, against its numpy reference."""
-    from ortlab.benchmarks.gpu_cuda_cases import CASES, run_case
-    from ortlab.cuda.launcher import CupyLauncher
-
     arch = DRY_RUN_ARCH if context.dry_run else device_arch()
     compiled = compile_all(arch)
     sources = [{"source": name, "compiler": c["compiler"], "arch": c["arch"], "seconds": c["seconds"],
@@ -113,8 +109,6 @@ def compare_occupancy(resources, arch, driver_blocks, block_sizes=BLOCK_SIZES, d
     mismatches, for each kernel of `resources` ({name: KernelResources or dict with registers and
     shared_bytes}) at each block size and dynamic shared memory. `driver_blocks(name, block, dynamic)`
     is the driver's answer (cuOccupancyMaxActiveBlocksPerMultiprocessor), or None on a dry run."""
-    from ortlab.cuda.occupancy import occupancy
-
     rows = []
     for name, res in resources.items():
         registers = res["registers"] if isinstance(res, dict) else res.registers
@@ -152,8 +146,6 @@ class DriverModule:
     """A cubin loaded with cuModuleLoadData in the device's primary context (cuda-bindings' driver API)."""
 
     def __init__(self, cubin):
-        import numpy as np
-
         self.driver = d = driver_api()
         checked(d.cuInit(0), "cuInit")
         device = checked(d.cuDeviceGet(0), "cuDeviceGet")

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ortlab.benchmarks.gpu_cuda import use_cuda_home
 from ortlab.benchmarks.gpu_registry import Skip, dry_run_stop, time_left
 
 CPU, CUDA, TRITON = "CPUExecutionProvider", "CUDAExecutionProvider", "TritonExecutionProvider"
@@ -85,7 +86,7 @@ def register_graph(graph):
 # ---- building the graphs --------------------------------------------------------------------------------
 def _model(nodes, feeds, outputs, initializers=()):
     """A model of `nodes`, its inputs typed after `feeds`' arrays, its outputs [(name, dtype)] of unknown shape."""
-    from onnx import helper, numpy_helper
+    from onnx import helper, numpy_helper  # lazy: without onnx gpu_check skips this part only
 
     inputs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
               for name, a in feeds.items()]
@@ -99,7 +100,7 @@ def _model(nodes, feeds, outputs, initializers=()):
 
 
 def _node(op, inputs, outputs, name, **attrs):
-    from onnx import helper
+    from onnx import helper  # lazy: without onnx gpu_check skips this part only
 
     domain = MS if op.endswith("Grad") else ""
     return helper.make_node(op, inputs, outputs, name=name, domain=domain, **attrs)
@@ -235,7 +236,7 @@ register_graph(EngineGraph("training_step", training_step_graph,
 # ---- running and comparing ------------------------------------------------------------------------------
 def session(model, key):
     """An ortlab InferenceSession of `model` on the EPs of SESSIONS[key], the graph as built (level 0)."""
-    from ortlab.engine import InferenceSession, SessionOptions
+    from ortlab.engine import InferenceSession, SessionOptions  # lazy: needs onnx; else gpu_check skips this part
 
     return InferenceSession(model.SerializeToString(), SessionOptions(graph_optimization_level=0),
                             providers=list(SESSIONS[key]))
@@ -350,25 +351,23 @@ def references(size, repeat):
 def where_not_gpu(key):
     """Why the EP of `key` would not run its kernels on a GPU here, or None when it would."""
     if key == "cuda":
-        from ortlab.engine.cuda_execution_provider import gpu_arch
+        from ortlab.engine.cuda_execution_provider import gpu_arch  # lazy: needs onnx; else gpu_check skips this part
 
         return None if gpu_arch() else "CuPy sees no GPU: its kernels would run on the CPU runner"
-    from ortlab.env import triton_mode
+    from ortlab.env import triton_mode  # lazy: ortlab.env imports torch, which only a part may import
 
     mode = triton_mode()
     return None if mode == "compiled (cuda)" else f"Triton runs {mode}"
 
 
 def device_label(key):
-    from ortlab.engine import EXECUTION_PROVIDERS
+    from ortlab.engine import EXECUTION_PROVIDERS  # lazy: needs onnx; else gpu_check skips this part
 
     return str(EXECUTION_PROVIDERS[SESSIONS[key][0]]().device)
 
 
 def check_engine(context, size="large", repeat=REPEAT, require_gpu=True):
     """Every graph at `size` on the CPU EP (the reference), then on each device EP: the part's result."""
-    from ortlab.benchmarks.gpu_cuda import use_cuda_home
-
     built = references(size, 0 if context.dry_run else repeat)
     dry_run_stop(context, "the CUDA and Triton EPs' sessions are made and run on the GPU")
     use_cuda_home()  # NVRTC and ptxas from the image's toolkit, for the CUDA EP's kernels

@@ -19,6 +19,8 @@ from ortlab.benchmarks.gpu_cuda import part_cuda_kernels, part_occupancy, use_cu
 from ortlab.benchmarks.gpu_engine import part_engine_eps
 from ortlab.benchmarks.gpu_registry import Part, Skip, dry_run_stop, register_part
 from ortlab.benchmarks.gpu_runtime import part_runtime_api
+from ortlab.cuda import nvrtc
+from ortlab.cuda.archs import DATASHEETS
 
 MATMUL_N = 8192
 
@@ -79,8 +81,6 @@ def part_device(context):
              "driver": driver, "cuda runtime": torch.version.cuda, "torch CUDA build": torch.version.cuda,
              **versions, "nvcc": _run(["nvcc", "--version"]), "packages": packages}
     try:
-        from ortlab.cuda import nvrtc
-
         use_cuda_home()
         facts["NVRTC (ortlab.cuda)"] = ".".join(map(str, nvrtc.version()))
     except Exception as error:  # noqa: BLE001 - a fact that cannot be read is recorded as such
@@ -91,9 +91,9 @@ def part_device(context):
 def part_triton_kernels(context):
     """(c) Every Triton kernel compiled on the GPU against its numpy reference, then LayerNorm and softmax
     against the copy peak (ortlab.benchmarks.kernels' functions)."""
-    from ortlab.benchmarks import kernels as bench
-    from ortlab.env import triton_mode
-    from ortlab.kernels.roofline import measure_peaks
+    from ortlab.benchmarks import kernels as bench  # heavy: torch and Triton, imported inside the part
+    from ortlab.env import triton_mode  # heavy: ortlab.env imports torch
+    from ortlab.kernels.roofline import measure_peaks  # heavy: torch and Triton, imported inside the part
 
     if context.dry_run:
         rows = bench.check_all(2)
@@ -115,8 +115,7 @@ def part_matmul(context, n=MATMUL_N):
     warm-ups, random data) and the relative error of a 1024-sized product against fp64."""
     import torch  # heavy: torch
 
-    from ortlab.cuda.archs import DATASHEETS
-    from ortlab.kernels.roofline import cuda_time_ms
+    from ortlab.kernels.roofline import cuda_time_ms  # heavy: torch and Triton, imported inside the part
 
     dry_run_stop(context, "torch multiplies matrices on the GPU")
     if not torch.cuda.is_available():

@@ -105,7 +105,7 @@ class LabelledTable:
 def table(record, part, key="rows"):
     """One part's rows (or, for `device`, its facts) as a Table captioned 'measured on <GPU>, <date>';
     with no record, the caption alone says there is none; a part that did not run says why."""
-    from ortlab.viz.tables import Table
+    from ortlab.viz.tables import Table  # lazy: viz imports onnx; gpu_check prints summary() without it
 
     if record is None:
         return LabelledTable(NO_RECORD)

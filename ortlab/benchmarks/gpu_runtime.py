@@ -16,8 +16,11 @@ on the model with the measured durations, in the rows format of `Device.table()`
 import statistics
 import time
 
+import numpy as np
+
 from ortlab.benchmarks.gpu_cuda import checked
 from ortlab.benchmarks.gpu_registry import dry_run_stop
+from ortlab.cuda.runtime import Device
 
 BUSY_MS = 20.0
 NBYTES = 32 << 20
@@ -30,7 +33,6 @@ class CudaRuntime:
     the caching allocator and host work). Buffers: device `dev`, `dev2`; host `pinned`, `pageable`."""
 
     def __init__(self, nbytes=NBYTES):
-        import numpy as np
         import torch  # heavy: torch
         from cuda.bindings import runtime  # optional: cuda
 
@@ -147,8 +149,6 @@ def scenarios():
 
 def model_wait_ms(scenario, busy_ms=BUSY_MS):
     """How long the host waits in the model for the scenario's call, after a busy kernel of `busy_ms`."""
-    from ortlab.cuda.runtime import Device
-
     d = Device()
     p = {"device": d.malloc(NBYTES), "device2": d.malloc(NBYTES), "pinned": d.malloc_host(NBYTES),
          "pageable": d.host_malloc(NBYTES), "event": d.create_event("event")}
@@ -220,8 +220,6 @@ def compare_waits(api, busy_ms=BUSY_MS):
 
 def model_timeline(steps):
     """The model's rows (Device.table()) for `steps`: [(what, ms)] with what in STEP_KINDS."""
-    from ortlab.cuda.runtime import Device
-
     d = Device()
     dev, pinned = d.malloc(NBYTES), d.malloc_host(NBYTES)
     start = len(d.intervals)
