@@ -31,7 +31,7 @@ return [e["dur"] for e in events]
 ''', "whole duration"),
         ('''
 return [e["dur"] - sum(o["dur"] for o in events if o is not e and o["tid"] == e["tid"]
-                       and e["ts"] <= o["ts"] and o["ts"] + o["dur"] <= e["ts"] + e["dur"])
+                       and e["ts"] <= o["ts"] < e["ts"] + e["dur"])  # every op that started inside it
         for e in events]
 ''', "grandchildren too"),
         ('''

@@ -26,10 +26,11 @@ def recorded():
     """(events in shuffled order, torch's {op name: self CPU µs}) of one forward and backward of a small MLP."""
     import torch  # heavy: torch
 
-    generator = torch.Generator().manual_seed(0)
-    layers = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
-                                 torch.nn.Linear(32, 4))
-    x = torch.randn(8, 16, generator=generator)
+    with torch.random.fork_rng():  # the notebook's random state stays as it was
+        torch.manual_seed(0)
+        layers = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
+                                     torch.nn.Linear(32, 4))
+        x = torch.randn(8, 16)
 
     def step():
         layers.zero_grad()
@@ -84,16 +85,18 @@ def _explain(events, parent, got, wrong):
     def names(i):
         return ", ".join(sorted({events[j]["name"] for j in children(i)}))
 
-    for i in wrong:
-        if children(i) and _close(got[i], events[i]["dur"]):
-            return i, (f"{where(i)}: you gave its whole duration; its self time leaves out the ops that ran inside "
-                       f"it (directly: {names(i)}), whose time is theirs, or nested times would count twice")
-    for i in wrong:
-        below = _descendants(parent, i)
-        if len(below) > len(children(i)) and _close(got[i], events[i]["dur"] - sum(events[j]["dur"] for j in below)):
-            return i, (f"{where(i)}: you subtracted every op nested inside it, grandchildren too; a grandchild's "
-                       "time is already inside its parent's duration, so subtract only the direct children "
-                       f"({names(i)})")
+    parents = [i for i in wrong if children(i)]
+    if parents and all(_close(got[i], events[i]["dur"]) for i in parents):
+        i = parents[0]
+        return i, (f"{where(i)}: you gave its whole duration; its self time leaves out the ops that ran inside it "
+                   f"(directly: {names(i)}), whose time is theirs, or nested times would count twice")
+    nested = [i for i in wrong if len(_descendants(parent, i)) > len(children(i))]
+    if nested and all(_close(got[i], events[i]["dur"] - sum(events[j]["dur"] for j in _descendants(parent, i)))
+                      for i in nested):
+        i = nested[0]
+        return i, (f"{where(i)}: you subtracted every op nested inside it, grandchildren too; a grandchild's time "
+                   "is already inside its parent's duration, so subtract only the direct children "
+                   f"({names(i)})")
     for i in wrong:
         if got[i] < own(i):
             return i, (f"{where(i)}: your {got[i]:.3f} µs is less than its duration minus the ops directly inside "
