@@ -89,7 +89,7 @@ def where_am_i(n, grid, block, every=1):
 
 def layer_norm_vs_ort(rows=8, cols=300, seed=0):
     """ORT-style layer_norm.cu run on the CPU runner against ORT's LayerNormalization: max |difference|."""
-    from ortlab.session import run_node
+    from ortlab.session import run_node  # lazy: ortlab.session imports onnxruntime (2 s)
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal((rows, cols)) * 3 + 5).astype(np.float32)
     scale, bias = rng.standard_normal(cols).astype(np.float32), rng.standard_normal(cols).astype(np.float32)

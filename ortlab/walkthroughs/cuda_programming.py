@@ -13,6 +13,7 @@ partition (which EP runs which node) and its outputs against ORT 1.19.2's CPU EP
 """
 import numpy as np
 import torch
+from onnx import TensorProto, helper, numpy_helper
 import triton
 import triton.language as tl
 
@@ -74,8 +75,6 @@ def training_step(tokens=37, hidden=300, classes=10, seed=0):
     """(model, feeds): LayerNormalization -> MatMul -> SoftmaxCrossEntropyLoss, then back through
     SoftmaxCrossEntropyLossGrad, the MatMul's input gradient and LayerNormalizationGrad, with ReduceSum
     giving the loss gradient per row; every ignore_index label (1) left out of the mean."""
-    from onnx import TensorProto, helper, numpy_helper
-
     rng = np.random.default_rng(seed)
     values = {"s": rng.standard_normal(hidden), "b": rng.standard_normal(hidden),
               "w": rng.standard_normal((hidden, classes)) / np.sqrt(hidden), "one": np.array(1.0)}

@@ -20,6 +20,8 @@ import socket
 import subprocess
 import sys
 
+import numpy as np
+
 from ortlab.errors import OrtlabError
 
 MPI_PACKAGE = "mpi4py==4.1.2"
@@ -130,10 +132,9 @@ def torch_all_reduce(rank, world_size):
 
 def _rank_main():
     """One MPI rank: all-reduce, look at the sockets (rank 0); rank 0 prints every rank's report as one JSON line."""
-    import numpy as np
     from mpi4py import MPI  # optional: mpi4py
 
-    from ortlab.walkthroughs.distributed_training import listening_sockets
+    from ortlab.walkthroughs.distributed_training import listening_sockets  # heavy: imports torch
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()

@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from ortlab.engine.execution_provider import EXECUTION_PROVIDERS
 from ortlab.errors import OrtlabError
 from ortlab.onnx_defs import op_name
-from ortlab.viz import Table
+from ortlab.viz import Table, picture
 
 EP_KEY = "ortlab.execution_provider"  # the metadata key SessionState.partitioned_model() writes
 COLOURS = {"CPUExecutionProvider": "#d8e6f5", "TritonExecutionProvider": "#f7c873"}
@@ -95,8 +96,6 @@ def placement_counts(source):
 def provider_table(names):
     """One row per EP name: its device, what its allocator hands out (the type of a 1-element buffer
     it allocates), and the ORT EP whose graph transformers and kernels it mirrors."""
-    from ortlab.engine.execution_provider import EXECUTION_PROVIDERS
-
     rows = []
     for name in ([names] if isinstance(names, str) else list(names)):
         ep = EXECUTION_PROVIDERS.lookup(name)()
@@ -166,7 +165,6 @@ def partition_figure(source, title=""):
     from matplotlib.figure import Figure  # heavy: matplotlib
     from matplotlib.patches import FancyBboxPatch  # heavy: matplotlib
 
-    from ortlab.viz import picture
 
     model = _partitioned(source)
     boxes, edges = picture.layout(model)

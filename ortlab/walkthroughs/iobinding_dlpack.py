@@ -81,7 +81,7 @@ def ort_session(model=None, threads=1, log_severity=4):
     """An onnxruntime.InferenceSession on the CPU with graph optimizations off (the graph as written).
     log_severity=4 (FATAL only): a failing run raises its message anyway, while ORT's own ERROR line would
     go to the process's stderr with a timestamp."""
-    from ortlab.env import quiet_import
+    from ortlab.env import quiet_import  # lazy: ortlab.env imports torch
 
     ort = quiet_import("onnxruntime")
     options = ort.SessionOptions()
@@ -236,7 +236,7 @@ def probe_ort_bugs(names=None, times=3, timeout=120):
 
 def _child(names, times):
     """In the child: import onnxruntime once, then fork a process per run of each script."""
-    from ortlab.env import quiet_import
+    from ortlab.env import quiet_import  # lazy: ortlab.env imports torch
 
     ort = quiet_import("onnxruntime")
     model = mlp_model().SerializeToString()
@@ -306,7 +306,7 @@ def copy_vs_bind(sizes=tuple(4 ** k for k in range(5, 13)), repeat=5, threads=1)
     """Time ORT's session.run against run_with_iobinding on relu_model() for each size (float32
     elements), the best of `repeat` runs each (10 times as many below 1 Mi elements, where a run takes
     microseconds and one busy moment decides the figure); a CostRow per size."""
-    from ortlab.env import quiet_import
+    from ortlab.env import quiet_import  # lazy: ortlab.env imports torch
 
     ort = quiet_import("onnxruntime")
     sess = ort_session(relu_model(), threads=threads)

@@ -17,6 +17,8 @@ Nothing here plans or allocates: each view reads a Plan (ortlab.memory.plan) or 
     chunk_table(arena) / snapshot(arena) / plot_arena(snapshots)   the arena's chunks, as text or bars
 """
 import numpy as np
+import onnx
+from onnx import TensorProto, helper
 
 from ortlab.memory.allocation_planner import K_REUSE
 from ortlab.memory.bfc_arena import bin_num_for_size
@@ -32,10 +34,8 @@ KIB = 1024
 def training_step(name="gpt", batch=64, seq=16, builder="ortlab", **model_kwargs):
     """(training model, feeds): the zoo model (dropout 0) exported for training at [batch, seq], its
     gradient graph by `builder` ('ortlab' or 'ort'), fed its example inputs and a loss gradient of 1."""
-    import onnx
-
-    from ortlab import models
-    from ortlab.training.training_manager import GRAD_OUTPUT, build_training_graph
+    from ortlab import models  # heavy: ortlab.models imports torch
+    from ortlab.training.training_manager import GRAD_OUTPUT, build_training_graph  # heavy: imports torch
 
     module = models.get(name, dropout=0.0, **model_kwargs)
     inputs = module.example_inputs(batch) if name == "mlp" else module.example_inputs(batch, seq)
@@ -58,8 +58,6 @@ def rules_model():
         w = Add(v, e); z = Reshape(w, [-1])   Reshape aliases its input (Alias)
         y = Exp(z)                   a graph output: allocated at run time
     """
-    from onnx import TensorProto, helper
-
     f = TensorProto.FLOAT
     steps = [("exp", "Exp", ["x"], "e"), ("relu", "Relu", ["e"], "r"), ("neg", "Neg", ["r"], "g"),
              ("transpose", "Transpose", ["g"], "t"), ("relu_t", "Relu", ["t"], "u"),
@@ -88,8 +86,6 @@ def random_dag(seed, nodes=16, rows=8192):
     Cast to double and back (another element size, so another freelist). Values no node reads are the
     graph outputs. With `rows` in the thousands the block exceeds the arena's first 1 MiB region, so ORT
     logs its request."""
-    from onnx import TensorProto, helper
-
     rng = np.random.RandomState(seed)
     dtypes = {"float": TensorProto.FLOAT, "double": TensorProto.DOUBLE}
     values = {"x": ("float", ("n", 32))}   # name -> (dtype, shape)

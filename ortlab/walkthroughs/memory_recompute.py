@@ -36,11 +36,14 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ortlab import models
 from ortlab.capture import captured_lines
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
+from ortlab.memory import plan, session_graph
 from ortlab.memory.ort_arena_log import ort_block
 from ortlab.viz import Table
+from ortlab.walkthroughs.memory import training_step
 
 MS = "com.microsoft"
 YIELD = "YieldOp"
@@ -229,8 +232,6 @@ def recompute_graphs(name="gpt", batch=32, seq=16, plans="all", builder="ortlab"
     """RecomputeGraphs of the zoo model's training graph (ortlab.walkthroughs.memory.training_step): both
     graphs come out of ORT's session (same transformers, the memory optimizer's config empty or `plans`);
     plans='all' takes every plan ORT's probe proposes, as ORTMODULE_MEMORY_OPT_LEVEL=1 does."""
-    from ortlab.walkthroughs.memory import training_step
-
     for what, value in (("batch", batch), ("seq", seq)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise MemoryOptimizerError(f"{what} must be an int >= 1, not {value!r}")
@@ -267,8 +268,6 @@ def recompute_peaks(graphs, orders=("default", "priority"), with_ort=True):
     """A Table, one row per graph (without / with recompute) and execution order: node count, recompute
     nodes, ortlab.memory.plan's predicted block, the lower bound (most bytes live at once), and, with
     with_ort, ORT's own block for the same graph and whether the prediction matches it to the byte."""
-    from ortlab.memory import plan, session_graph
-
     if not isinstance(graphs, RecomputeGraphs):
         raise MemoryOptimizerError(f"recompute_peaks takes recompute_graphs(...)'s RecomputeGraphs, "
                                    f"not {type(graphs).__name__}")
@@ -334,8 +333,8 @@ def plot_recompute_peaks(table, ax=None, title="memory-pattern block without and
 def _aten_executor():
     """Load ORTModule's ATen executor (torch_cpp_extensions/cpu/aten_op_executor): without it ORT's ATen
     kernel cannot run outside ORTModule."""
-    from onnxruntime.training.ortmodule.torch_cpp_extensions.cpu.aten_op_executor import \
-        load_aten_op_executor_cpp_extension
+    from onnxruntime.training.ortmodule.torch_cpp_extensions.cpu.aten_op_executor import (  # heavy: onnxruntime
+        load_aten_op_executor_cpp_extension)
 
     load_aten_op_executor_cpp_extension()
 
@@ -345,8 +344,7 @@ def _ortmodule_execution_graph(name, batch, seq, level):
     with ORTMODULE_MEMORY_OPT_LEVEL=level; the YieldOp's outputs (the loss gradient) are fed ones."""
     import torch  # heavy: torch
 
-    from ortlab import models
-    from ortlab.ortmodule import driver as ortmodule
+    from ortlab.ortmodule import driver as ortmodule  # lazy: the driver takes 1.5 s to import
 
     torch.manual_seed(0)
     module = models.get(name, dropout=0.0)

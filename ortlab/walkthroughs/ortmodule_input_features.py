@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from onnx import TensorProto, helper
 
 from ortlab.capture import captured_lines
 from ortlab.env import quiet_import
@@ -265,7 +266,6 @@ def aten_efficient_attention_on_cpu(batch=1, seq=8, heads=2, head_dim=16):
     ORT's ATen kernel hands the call to torch, which has no CPU kernel. Returns
     {'ort': first line of ORT's error, 'torch': the NotImplementedError torch raises directly}."""
     import onnxruntime as ort  # heavy: onnxruntime
-    from onnx import TensorProto, helper
 
     quiet_import("onnxruntime.training.ortmodule")
     executor = quiet_import("onnxruntime.training.ortmodule.torch_cpp_extensions.cpu.aten_op_executor")

@@ -10,7 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import helper, numpy_helper
 
+from ortlab.errors import OrtlabError
 from ortlab.gradients.added_nodes import gradient_nodes  # noqa: F401 (the notebooks read it here)
+from ortlab.gradients.checker import DELTA, numeric_gradient
+from ortlab.gradients.graph_builder import build_gradient_graph
+from ortlab.gradients.ort import ort_gradient_graph
+from ortlab.gradients.registry import GRADIENT_BUILDERS
 from ortlab.onnx_defs import DEFAULT_OPSET, domain_of, make_model, node_op_name, op_name
 from ortlab.viz import Table
 
@@ -35,7 +40,7 @@ def op_model(op_type, inputs, constants=(), attributes=None, domain="", outputs=
     Not onnx_defs.one_node_model: the inputs keep the caller's names (X, A, B...), which the
     gradient nodes printed beside ORT's carry.
     """
-    from ortlab.session import run_node
+    from ortlab.session import run_node  # lazy: ortlab.session imports onnxruntime (2 s)
 
     present = {n: np.asarray(a) for n, a in inputs.items() if n}
     y = run_node(op_type, list(present.values()), attributes, domain, opset, outputs)[0]
@@ -80,8 +85,6 @@ def count_by_type(forward_model, **gradient_models):
 
 def builders_table():
     """Every registered gradient builder: op, the builder function, what it computes and emits."""
-    from ortlab.gradients.registry import GRADIENT_BUILDERS
-
     rows = []
     for (op, domain), fn in sorted(GRADIENT_BUILDERS.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         doc = " ".join((fn.__doc__ or "").split())
@@ -92,8 +95,7 @@ def builders_table():
 
 def value_table(case, **gradient_models):
     """Per x: the largest |gradient - central differences| of each gradient model (float32)."""
-    from ortlab.gradients.checker import DELTA, numeric_gradient
-    from ortlab.session import run_model
+    from ortlab.session import run_model  # lazy: ortlab.session imports onnxruntime (2 s)
 
     numeric = numeric_gradient(case.model, case.x_names, case.loss, case.feeds, DELTA)
     results = {name: run_model(model, case.feeds) for name, model in gradient_models.items()}
@@ -105,10 +107,7 @@ def value_table(case, **gradient_models):
 def ort_verdict(case):
     """What ORT's C++ builder does with a one-op case: builds it (and agrees with ortlab or not),
     or refuses (with its reason)."""
-    from ortlab.errors import OrtlabError
-    from ortlab.gradients.graph_builder import build_gradient_graph
-    from ortlab.gradients.ort import ort_gradient_graph
-    from ortlab.session import run_model
+    from ortlab.session import run_model  # lazy: ortlab.session imports onnxruntime (2 s)
 
     ours = run_model(build_gradient_graph(case.model, case.x_names, case.loss), case.feeds)
     try:

@@ -28,8 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ortlab.engine import cpp_extension as cpp
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
+from ortlab.onnx_defs import MS_DOMAIN
+from ortlab.ops.reference import gelu_grad_reference
+from ortlab.ortmodule.training_agent import ModuleTrainingAgent, session_options, torch_gradients
 from ortlab.viz import Table
 
 PYBIND_MODULE = "onnxruntime.capi.onnxruntime_pybind11_state"
@@ -286,8 +290,6 @@ def max_gap(ours, reference):
 def memory_pattern_table(module, *args):
     """The module's first output read right after run_forward and again after run_backward, with
     ORTModule's setting (memory pattern off) and ORT's default (on): rows of plain values."""
-    from ortlab.ortmodule.training_agent import ModuleTrainingAgent, session_options, torch_gradients
-
     expected = float(torch_gradients(module, *args)[0][0])
     rows = []
     for pattern, setting in ((False, "off (ORTModule)"), (True, "on (ORT's default)")):
@@ -313,10 +315,7 @@ def gelu_grad_inputs(n=4096, seed=0):
 def gelu_grad_check(n=4096, seed=0, bound=1e-6):
     """The C++ GeluGrad against ortlab's numpy reference (float64) and ORT 1.19.2's CPU kernel: rows
     of max |C++ - other| / max(|dy|, 1), printed against `bound`."""
-    from ortlab.engine import cpp_extension as cpp
-    from ortlab.ops.reference import gelu_grad_reference
-    from ortlab.onnx_defs import MS_DOMAIN
-    from ortlab.session import run_node
+    from ortlab.session import run_node  # lazy: ortlab.session imports onnxruntime (2 s)
 
     dy, x = gelu_grad_inputs(n, seed)
     ours = cpp.gelu_grad(dy, x).astype(np.float64)
@@ -333,8 +332,6 @@ def gelu_grad_check(n=4096, seed=0, bound=1e-6):
 def zero_copy_table(**buffers):
     """For each named numpy array or torch CPU tensor: does the C++ side see the same address as
     Python's own (numpy's ctypes.data, torch's data_ptr())?"""
-    from ortlab.engine import cpp_extension as cpp
-
     rows = []
     for name, value in buffers.items():
         python = value.data_ptr() if hasattr(value, "data_ptr") else value.ctypes.data
@@ -381,8 +378,6 @@ def build_failure(source=BROKEN_SOURCE, fresh=False):
     """Build a broken extension and return its BuildFailure. A failing build costs what a good one
     does (g++ parses torch/extension.h before line 1 of the source, ~30-40 s on 2 cores), so its
     message is kept in the build folder and read back next time, unless `fresh`."""
-    from ortlab.engine import cpp_extension as cpp
-
     root, key = cpp.cache_root(), cpp.build_key(source, BROKEN_NAME)
     kept = root / key / FAILURE_FILE
     start = time.perf_counter()
