@@ -6,12 +6,14 @@ Compute called, outputs handed back. Under Triton's interpreter (no GPU) the ten
 the CPU; on a GPU they are copied to it and back.
 """
 import contextlib
+import types
 
 from ortlab.env import kernel_device  # first: ortlab.env sets TRITON_INTERPRET before Triton loads
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 import triton.language.standard  # noqa: E402
 from triton.runtime.errors import InterpreterError  # noqa: E402
 from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
@@ -37,12 +39,38 @@ def helpers_interpreted():
                                                                      InterpretedFunction)
 
 
+def interpretable(kernel_fn):
+    """`kernel_fn` ready for Triton 3.2's interpreter. Its launch tests every global of the kernel's module with
+    `value in [tl, tl.core]`, and a numpy array there (a notebook holds some) makes that test raise numpy's "The
+    truth value of an array ... is ambiguous". Under the interpreter, a kernel whose module holds such a value
+    runs as a copy of itself whose globals leave out what that test cannot compare (a kernel cannot use them:
+    Triton reads only constexprs and other kernels from its globals); any other kernel is returned as it is."""
+    body = getattr(kernel_fn, "fn", None)
+    if not triton_mode().startswith("interpreter") or not isinstance(body, types.FunctionType):
+        return kernel_fn
+    plain = {k: v for k, v in body.__globals__.items() if _comparable(v)}
+    if len(plain) == len(body.__globals__):
+        return kernel_fn
+    copy = types.FunctionType(body.__code__, plain, body.__name__, body.__defaults__, body.__closure__)
+    copy.__kwdefaults__, copy.__annotations__ = body.__kwdefaults__, dict(body.__annotations__)
+    copy.__qualname__, copy.__module__, copy.__doc__ = body.__qualname__, body.__module__, body.__doc__
+    return triton.jit(copy)
+
+
+def _comparable(value):
+    """Whether the interpreter's `value in [tl, tl.core]` gives a bool for `value`."""
+    try:
+        return isinstance(value in (tl, tl.core), bool)
+    except Exception:  # a value whose == gives an array, or raises
+        return False
+
+
 def launch(kernel_fn, grid, *args, **meta):
     """Launch a @triton.jit kernel on `grid` programs and record it (name, grid)."""
     grid = tuple(int(g) for g in (grid if isinstance(grid, tuple) else (grid,)))
     LAUNCHES.append((kernel_fn.fn.__name__ if hasattr(kernel_fn, "fn") else str(kernel_fn), grid))
     try:
-        kernel_fn[grid](*args, **meta)
+        interpretable(kernel_fn)[grid](*args, **meta)
     except InterpreterError as error:
         if helpers_interpreted() or "outside of the scope of a kernel" not in str(error):
             raise

@@ -9,13 +9,12 @@ orttraining/orttraining/training_ops/cpu/tensor/gather_grad.cc); the reference a
 solutions/walkthroughs/L1_06_cuda_programming.py, outside the package.
 """
 import contextlib
-import types
 
 import numpy as np
 import triton
 
 from ortlab.kernels import launch
-from ortlab.kernels.executor import to_device, to_numpy
+from ortlab.kernels.executor import interpretable, to_device, to_numpy
 from ortlab.labs.checks import CheckFailed, judge
 from ortlab.labs.lab05 import OutOfBounds, bounds_checked, interpreted, kernel_problem
 from ortlab.labs.remote import learner, probe
@@ -82,30 +81,10 @@ def gather_cases():
 # --- running the learner's kernel ------------------------------------------------------------------------------
 
 def launchable(fn):
-    """The learner's @triton.jit kernel, ready for Triton 3.2's interpreter, whose launch tests every global of
-    the kernel's module with `value in [tl, tl.core]`: a numpy array there (any notebook has some) makes that
-    test raise "The truth value of an array ... is ambiguous". So under the interpreter the kernel runs as a copy
-    of itself whose globals leave out every value that test cannot compare (a kernel cannot use them anyway)."""
+    """The learner's @triton.jit kernel, ready for Triton's interpreter (ortlab.kernels.executor.interpretable)."""
     if not (hasattr(fn, "fn") or hasattr(fn, "run")):
         raise CheckFailed(f"give the kernel itself, a function decorated with @triton.jit, not {type(fn).__name__}")
-    body = getattr(fn, "fn", None)
-    if not interpreted() or not isinstance(body, types.FunctionType):
-        return fn
-    import triton.language as tl  # heavy: triton
-
-    def comparable(value):
-        try:
-            return isinstance(value in (tl, tl.core), bool)
-        except Exception:  # a value whose == gives an array, or raises
-            return False
-
-    plain = {k: v for k, v in body.__globals__.items() if comparable(v)}
-    if len(plain) == len(body.__globals__):
-        return fn
-    copy = types.FunctionType(body.__code__, plain, body.__name__, body.__defaults__, body.__closure__)
-    copy.__kwdefaults__, copy.__annotations__ = body.__kwdefaults__, dict(body.__annotations__)
-    copy.__qualname__, copy.__module__, copy.__doc__ = body.__qualname__, body.__module__, body.__doc__
-    return triton.jit(copy)
+    return interpretable(fn)
 
 
 def _tensor_at(ranges, addresses):

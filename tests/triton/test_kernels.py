@@ -400,3 +400,29 @@ def test_op_test_takes_nan_in_the_same_places_as_equal_and_nan_on_one_side_as_a_
             pytest.raises(OpTestFailure, match=r"worst at index \(3,\): got nan, expected 0\.69"):
         K.op_test("Log", [x])
     assert "Log" not in K.KERNELS
+
+
+def test_a_kernel_launches_from_a_module_that_holds_numpy_arrays(tmp_path):
+    """A notebook holds numpy arrays at top level; Triton 3.2's interpreter compares every global of a kernel's
+    module with `in [tl, tl.core]`, which an array turns into numpy's "truth value ... is ambiguous". launch
+    runs such a kernel as it would run anywhere else (and the copy it launches leaves the module untouched)."""
+    import importlib.util
+
+    (tmp_path / "nb_like.py").write_text(
+        "import numpy as np\nimport triton\nimport triton.language as tl\n"
+        "weights = np.arange(6.0)\n"
+        "@triton.jit\n"
+        "def double(x_ptr, y_ptr, n, BLOCK: tl.constexpr):\n"
+        "    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+        "    tl.store(y_ptr + i, tl.load(x_ptr + i, mask=i < n) * 2, mask=i < n)\n")
+    spec = importlib.util.spec_from_file_location("nb_like", tmp_path / "nb_like.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from ortlab.kernels.executor import to_device
+
+    x = to_device(np.arange(10, dtype=np.float32))
+    y = torch.zeros_like(x)
+    with K.count_launches() as launches:
+        K.launch(module.double, 1, x, y, 10, BLOCK=16)
+    np.testing.assert_array_equal(y.cpu().numpy(), np.arange(10, dtype=np.float32) * 2)
+    assert launches == [("double", (1,))] and module.weights.shape == (6,)
