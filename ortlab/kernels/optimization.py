@@ -11,6 +11,7 @@ where a plain loop launches once per tensor.
 """
 import numpy as np
 import torch
+from ortlab import env  # noqa: F401 - before triton: it sets TRITON_INTERPRET (no GPU), which Triton reads once
 import triton
 import triton.language as tl
 

@@ -11,6 +11,7 @@ solutions/walkthroughs/L1_06_cuda_programming.py, outside the package.
 import contextlib
 
 import numpy as np
+from ortlab import env  # noqa: F401 - before triton: it sets TRITON_INTERPRET (no GPU), which Triton reads once
 import triton
 
 from ortlab.kernels import launch

@@ -14,6 +14,7 @@ partition (which EP runs which node) and its outputs against ORT 1.19.2's CPU EP
 import numpy as np
 import torch
 from onnx import TensorProto, helper, numpy_helper
+from ortlab import env  # noqa: F401 - before triton: it sets TRITON_INTERPRET (no GPU), which Triton reads once
 import triton
 import triton.language as tl
 

@@ -13,6 +13,7 @@ Mirrors onnxruntime/contrib_ops/cuda/math/bias_softmax.cc and bias_softmax_impl.
 """
 import numpy as np
 import torch
+from ortlab import env  # noqa: F401 - before triton: it sets TRITON_INTERPRET (no GPU), which Triton reads once
 import triton.language as tl
 import triton
 

@@ -10,6 +10,7 @@ orttraining/orttraining/training_ops/cuda/tensor/gather_grad.cc and gather_grad_
 """
 import numpy as np
 import torch
+from ortlab import env  # noqa: F401 - before triton: it sets TRITON_INTERPRET (no GPU), which Triton reads once
 import triton
 import triton.language as tl
 

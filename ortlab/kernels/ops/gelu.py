@@ -9,6 +9,7 @@ with gelu_grad_impl_common.cuh (GeluGrad).
 """
 import numpy as np
 import torch
+from ortlab import env  # noqa: F401 - before triton: it sets TRITON_INTERPRET (no GPU), which Triton reads once
 import triton
 import triton.language as tl
 

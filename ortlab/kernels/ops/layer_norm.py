@@ -15,6 +15,7 @@ so the result is deterministic. Mirrors onnxruntime/contrib_ops/cuda/layer_norm.
 """
 import numpy as np
 import torch
+from ortlab import env  # noqa: F401 - before triton: it sets TRITON_INTERPRET (no GPU), which Triton reads once
 import triton
 import triton.language as tl
 

@@ -9,6 +9,7 @@ cuDNN or to its own reduction_functions.cu kernels).
 """
 import numpy as np
 import torch
+from ortlab import env  # noqa: F401 - before triton: it sets TRITON_INTERPRET (no GPU), which Triton reads once
 import triton
 import triton.language as tl
 

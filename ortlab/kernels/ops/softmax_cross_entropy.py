@@ -12,6 +12,7 @@ Mirrors orttraining/orttraining/training_ops/cuda/loss/softmax_cross_entropy_los
 """
 import numpy as np
 import torch
+from ortlab import env  # noqa: F401 - before triton: it sets TRITON_INTERPRET (no GPU), which Triton reads once
 import triton.language as tl
 import triton
 
