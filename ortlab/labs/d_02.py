@@ -127,11 +127,27 @@ def check_lr_zero(fn):
 
 # --- exercise 'grad_parity' -------------------------------------------------------------------------------
 
-def gpt_model():
-    """The TinyGPT of comparison 1: one layer, d_model 16, vocabulary 16, no dropout."""
-    from ortlab import models
+class TinyAttention(nn.Module):
+    """The model of comparison 1: one attention head over x [batch, seq, 8] (q, k, v projections with biases),
+    averaged over the sequence, then a Linear to 4 classes; the cross-entropy loss is multiplied by
+    `loss_scale`, as a loss scaler multiplies it before backward."""
 
-    return models.get("gpt", vocab=16, layers=1, d_model=16, d_ff=32, dropout=0.0)
+    def __init__(self, d=8, classes=4, loss_scale=4096.0):
+        super().__init__()
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+            self.out = nn.Linear(d, classes)
+        self.d, self.loss_scale = d, loss_scale
+
+    def forward(self, x, labels):
+        scores = self.q(x) @ self.k(x).transpose(-1, -2) / self.d ** 0.5
+        h = torch.softmax(scores, dim=-1) @ self.v(x)
+        return nn.functional.cross_entropy(self.out(h.mean(1)), labels) * self.loss_scale
+
+    def example_inputs(self):
+        g = torch.Generator().manual_seed(2)
+        return torch.randn(4, 6, self.d, generator=g), torch.randint(0, 4, (4,), generator=g)
 
 
 def half_grad_net():
@@ -144,7 +160,7 @@ def half_grad_net():
 
 def show_parameters():
     """The parameters of the two models the check compares gradients of: names and shapes."""
-    for what, model in (("comparison 1, TinyGPT (its loss times 4096)", gpt_model()),
+    for what, model in (("comparison 1, TinyAttention (its loss times 4096)", TinyAttention()),
                         ("comparison 2, HalfGradTanhNet", half_grad_net())):
         print(f"{what}:")
         print("\n".join(f"    {name}: {list(p.shape)}" for name, p in model.named_parameters()))
