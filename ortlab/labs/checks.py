@@ -6,11 +6,14 @@ never reads what a notebook displays: it runs each check (`judge`) in its own pr
 reaching the learner's code only through ortlab.labs.remote, which carries data.
 """
 import contextlib
+import importlib
 import json
 import re
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from ortlab.labs.remote import LocalRemote, call, learner, value
 
 CHECK_MIME = "application/vnd.ortlab.check+json"
 STATUSES = ("pass", "fail", "not done")
@@ -67,16 +70,12 @@ def judge(exercise, test, *args):
     notebook it runs here and the result is displayed; under the grader it runs in the grader's process.
     """
     if isinstance(test, str):
-        import importlib
-
         module, name = test.rsplit(".", 1)
         test = getattr(importlib.import_module(f"ortlab.labs.judges.{module}"), name)
     if _JUDGING:
         remote, results = _JUDGING[-1]
         results.append(evaluate(exercise, lambda: test(remote, *args)))
         return
-    from ortlab.labs.remote import LocalRemote
-
     _show(evaluate(exercise, lambda: test(LocalRemote(), *args)))
 
 
@@ -194,8 +193,6 @@ def call_learner(fn, *args, what):
 
 
 def _function_test(remote, fn, reference, cases, rtol, atol):
-    from ortlab.labs.remote import call
-
     for case in cases:
         args = case if isinstance(case, tuple) else (case,)
         shown = ", ".join(describe(a) for a in args)
@@ -217,14 +214,10 @@ def check_function(exercise, fn, reference, cases, rtol=1e-5, atol=1e-6):
     A failure names the inputs it happened at, e.g.
     "for inputs (float32[2, 3]): wrong shape: expected (2, 3), got (3, 2)".
     """
-    from ortlab.labs.remote import learner
-
     judge(exercise, _function_test, learner(fn), reference, cases, rtol, atol)
 
 
 def _value_test(remote, get, expected, rtol, atol):
-    from ortlab.labs.remote import learner, value
-
     return compare(remote.call(value, learner(get())), expected, rtol, atol, "your answer")
 
 

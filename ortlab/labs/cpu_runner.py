@@ -17,6 +17,7 @@ to the file descriptor given as its argument.
 import base64
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -118,8 +119,6 @@ def launches(source, name, runs, timeout, launch_timeout=20.0):
 
 def _exchange(process, request, read_end, deadline):
     """The runner's framed reply (bytes), or None when the deadline passed first."""
-    import select
-
     try:
         process.stdin.write(request)
         process.stdin.close()
@@ -153,8 +152,8 @@ def _stop(process):
 # --- the runner's side ----------------------------------------------------------------------------------
 
 def _serve(request):
-    from ortlab.cuda import cpu
-    from ortlab.errors import OrtlabError
+    from ortlab.cuda import cpu  # local: -I ignores PYTHONPATH; main() puts this repo on sys.path first
+    from ortlab.errors import OrtlabError  # local: likewise, once main() has set sys.path
 
     try:
         kernel = cpu.cpu_kernel(request["source"], request["name"])

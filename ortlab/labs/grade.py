@@ -24,6 +24,8 @@ judge is imported before the kernel starts, a forged bytecode cache of ortlab's 
 and while the kernel runs this process imports nothing (no module, no bytecode cache) written since it
 started (ortlab.labs.isolation).
 """
+import ast
+import builtins
 import os
 import re
 import secrets
@@ -205,8 +207,6 @@ def _kernel_name(nb):
 
 def reference_imports(reference):
     """The import statements in the reference's code cells (the grader runs them to read its checks)."""
-    import ast
-
     lines = []
     for cell in reference.cells:
         if cell.cell_type != "code":
@@ -223,9 +223,6 @@ def check_namespace(imports, source):
     """The namespace the grader runs a reference check cell in, in its own process: the reference's
     imports, and each other name the cell reads as a remote.Learner (the learner's object of that name,
     which only the kernel holds)."""
-    import ast
-    import builtins
-
     namespace = {}
     for line in imports:
         try:
@@ -353,7 +350,7 @@ def _cell_name(nb, index):
 def _kernel_env():
     """The grader's environment for the kernel, with ortlab first on the path and Triton's mode chosen as
     ortlab.env chooses it (a lab that imports triton before ortlab still runs Triton's interpreter)."""
-    from ortlab import env as ortlab_env
+    from ortlab import env as ortlab_env  # lazy: ortlab.env imports torch, which `import ortlab.labs` does not
 
     ortlab_env.configure_triton()  # sets TRITON_INTERPRET here when unset and no GPU: the kernel inherits it
     env = dict(os.environ)

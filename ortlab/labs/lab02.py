@@ -13,6 +13,7 @@ from ortlab.labs.checks import CheckFailed, judge
 from ortlab.labs.remote import learner, probe
 from ortlab.transformers import GeluFusion, GraphTransformer, GraphTransformerManager, RewriteRule
 from ortlab.transformers import RuleBasedGraphTransformer, registry
+from ortlab.viz import Table
 from ortlab.walkthroughs import graph_transformers as ex
 
 
@@ -101,7 +102,6 @@ def check_noop_elimination(cls):
 
 def cases_table(cls):
     """What `cls` did with each case of its exercise: expected, ops before and after (or what went wrong)."""
-    from ortlab.viz import Table
     fusion = isinstance(cls, type) and issubclass(cls, GraphTransformer)
     rows = []
     for what, model, fires in (bias_gelu_cases() if fusion else noop_cases()):

@@ -13,8 +13,11 @@ import warnings
 import numpy as np
 import torch
 
+from ortlab.capture import os_level_streams
+from ortlab.env import quiet_import, seed_everything
 from ortlab.errors import OrtlabError
 from ortlab.gradients import build_gradient_graph, ort_gradient_graph, register_ort_gradient, using_gradient
+from ortlab.training import train
 from ortlab.walkthroughs.per_op_gradients import op_model
 from ortlab.labs.checks import judge
 from ortlab.labs.remote import learner, probe
@@ -90,10 +93,7 @@ class SoftplusMLP(torch.nn.Module):
 
 def train_softplus_mlp(use_ort, steps=20, seed=0, lr=0.05):
     """Losses of a short regression run, in ORTModule (no fallback to PyTorch) or in PyTorch."""
-    from ortlab.capture import os_level_streams
-    from ortlab.env import quiet_import, seed_everything
-    from ortlab.training import train
-    from ortlab.ortmodule.driver import ortmodule_env
+    from ortlab.ortmodule.driver import ortmodule_env  # lazy: the driver takes 1.5 s to import
 
     seed_everything(seed)
     model = SoftplusMLP()

@@ -14,6 +14,7 @@ The learner's kernel runs here (probes `run_kernel`, `registered_facts`); its ou
 with ORT's GeluGrad by the checks in ortlab.labs.judges.lab05.
 """
 import contextlib
+import os
 
 import numpy as np
 import triton
@@ -25,14 +26,13 @@ from ortlab.kernels.executor import to_device
 from ortlab.kernels.ops.gelu import GeluGrad
 from ortlab.labs.checks import CheckFailed, describe, judge
 from ortlab.labs.remote import learner, probe
+from ortlab.viz import Table
 
 BLOCK = 256
 SHAPES = [(1024,), (3, 64), (1000,), (2, 333)]
 
 
 def inputs_for(shape, seed=0):
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     return [rng.standard_normal(shape).astype(np.float32) * 3 for _ in range(2)]  # dY, X
 
@@ -299,8 +299,6 @@ def compute_mistake(cls, shape=(1000,)):
 
 def interpreted():
     """True when Triton's interpreter runs the kernels (no GPU): only then are launches and bounds seen."""
-    import os
-
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
@@ -312,8 +310,6 @@ def restore_builtin():
 
 def op_test_report(shape):
     """The op_test table for the registered GeluGrad on one shape, or why it could not run."""
-    from ortlab.viz import Table
-
     try:
         with bounds_checked():
             return Table.from_dicts(op_test("GeluGrad", inputs_for(shape), domain=MS).summary())

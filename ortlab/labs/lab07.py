@@ -19,6 +19,7 @@ of a flat parameter buffer, then the shards are all-gathered).
 import inspect
 import json
 import os
+import re
 import shutil
 import tempfile
 import traceback
@@ -338,8 +339,6 @@ def _progress(output):
 
 def _job_line(message, path):
     """' It was waiting in fn, at `code`.' for the deepest frame of the job file in a stack dump, or ''."""
-    import re
-
     found = re.findall(r'File "' + re.escape(path) + r'", line (\d+) in (\S+)', message)
     if not found:
         return ""
@@ -443,7 +442,7 @@ def run_sets(sets, world_size=WORLD_SIZE, timeout=TIMEOUT):
     the other, and return what happened as data: {"decided": [{exercise: (status, message)}] (decided
     without running: a stub, not a function), "records": [[set, exercise], [per rank: recorded items]],
     "stop": where and why the job stopped, or None}. Nothing here says whether an answer is right."""
-    from ortlab.distributed import LaunchError, launch
+    from ortlab.distributed import LaunchError, launch  # heavy: ortlab.distributed imports torch
 
     if not isinstance(sets, (list, tuple)) or not all(isinstance(f, dict) for f in sets):
         raise Lab07Error("run_many takes a list of {exercise: function} dicts")

@@ -12,6 +12,8 @@ import functools
 from collections import namedtuple
 from dataclasses import dataclass
 
+import numpy as np
+
 from ortlab.labs.checks import CheckFailed, call_learner, judge
 from ortlab.labs.remote import learner, register_tuple
 from ortlab.memory import plan as make_plan
@@ -47,8 +49,6 @@ class Case:
 
 
 def _build(name):
-    import numpy as np
-
     if name == "rules":
         return views.rules_model(), {"x": np.random.RandomState(0).rand(65536, 8).astype(np.float32)}
     if name == "gpt training":
@@ -99,8 +99,6 @@ def exercise_inputs(c):
 
 
 def _itemsize(dtype):
-    import numpy as np
-
     return np.dtype(dtype).itemsize
 
 
@@ -215,9 +213,7 @@ def engine_table(better_planner, names=SEEN):
     """Your planner inside ortlab's engine: each case run by InferenceSession with
     SessionOptions(memory_planner=better_planner). One row per case: your planner's block, the block the
     engine's run allocated, and whether the outputs equal a run with no memory pattern at all."""
-    import numpy as np
-
-    from ortlab.engine import InferenceSession, SessionOptions
+    from ortlab.engine import InferenceSession, SessionOptions  # lazy: loads the whole engine, for this table only
 
     rows = []
     for name in names:

@@ -8,6 +8,7 @@ import copy
 import numpy as np
 import onnx
 
+from ortlab import models, session
 from ortlab.labs.checks import CheckFailed, compare
 from ortlab.labs.remote import call_with_arguments, function
 
@@ -40,8 +41,6 @@ def _with_shapes(model):
 
 def run_in_ort(model, feeds, what):
     """The model's outputs in graph order (ortlab.session.run_model), or CheckFailed with ORT's reason."""
-    from ortlab import session
-
     try:
         return list(session.run_model(model, feeds).values())
     except Exception as exc:
@@ -55,8 +54,6 @@ def _io(model):
 
 def mlp_model_to_scale():
     """The model the insert_scale check edits: ortlab's MLP, exported (what the notebook shows)."""
-    from ortlab import models
-
     net = models.get("mlp").eval()
     return models.export(net, net.example_inputs()[:1])
 

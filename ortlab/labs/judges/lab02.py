@@ -6,14 +6,13 @@ holds, and its outputs next to the original's in ORT.
 """
 import numpy as np
 
+from ortlab import session
 from ortlab.labs.checks import CheckFailed
 from ortlab.labs.lab02 import bias_gelu_cases, class_facts, noop_cases, optimize_with
 from ortlab.walkthroughs import graph_transformers as ex
 
 
 def _outputs_match(model, optimized, what):
-    from ortlab import session
-
     feeds = ex.feeds(model)
     want = session.run_model(model, feeds)
     try:

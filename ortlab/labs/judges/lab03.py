@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ortlab import session
 from ortlab.capture import captured_lines
 from ortlab.errors import OrtlabError
 from ortlab.gradients import (build_gradient_graph, builder_from_definition, check_gradient,
@@ -48,8 +49,6 @@ def torch_gradients(op, arrays, r):
 
 def _run(model, feeds, whose, shown=None):
     """Run a gradient graph; `shown` (e.g. 'MatMul(float32[2, 3, 4], float32[4, 5])') names the case."""
-    from ortlab import session
-
     try:
         with captured_lines(fds=(2,), python=False):  # ORT's C++ warnings, not the learner's business
             return session.run_model(model, feeds)
