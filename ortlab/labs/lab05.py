@@ -17,6 +17,7 @@ import contextlib
 import os
 
 import numpy as np
+from ortlab import env  # noqa: F401 - before triton: it sets TRITON_INTERPRET (no GPU), which Triton reads once
 import triton
 
 from ortlab.errors import OrtlabError
