@@ -127,13 +127,13 @@ def triton_mode():
     """'interpreter (cpu)' when TRITON_INTERPRET=1, else 'compiled (cuda)'.
 
     Triton 3.x reads the variable when `@triton.jit` decorates a kernel, so it must be set
-    before ortlab.kernels (or any module defining kernels) is imported.
+    before ortlab.triton_kernels (or any module defining kernels) is imported.
     """
     return "interpreter (cpu)" if os.environ.get(TRITON_INTERPRET) == "1" else "compiled (cuda)"
 
 
 def kernel_device():
-    """Where ortlab.kernels puts tensors: 'cpu' under the interpreter, 'cuda' when compiled."""
+    """Where ortlab.triton_kernels puts tensors: 'cpu' under the interpreter, 'cuda' when compiled."""
     return "cpu" if triton_mode().startswith("interpreter") else "cuda"
 
 

@@ -93,7 +93,7 @@ def part_triton_kernels(context):
     against the copy peak (ortlab.benchmarks.kernels' functions)."""
     from ortlab.benchmarks import kernels as bench  # heavy: torch and Triton, imported inside the part
     from ortlab.env import triton_mode  # heavy: ortlab.env imports torch
-    from ortlab.kernels.roofline import measure_peaks  # heavy: torch and Triton, imported inside the part
+    from ortlab.triton_kernels.roofline import measure_peaks  # heavy: torch and Triton, imported inside the part
 
     if context.dry_run:
         rows = bench.check_all(2)
@@ -115,7 +115,7 @@ def part_matmul(context, n=MATMUL_N):
     warm-ups, random data) and the relative error of a 1024-sized product against fp64."""
     import torch  # heavy: torch
 
-    from ortlab.kernels.roofline import cuda_time_ms  # heavy: torch and Triton, imported inside the part
+    from ortlab.triton_kernels.roofline import cuda_time_ms  # heavy: torch and Triton, imported inside the part
 
     dry_run_stop(context, "torch multiplies matrices on the GPU")
     if not torch.cuda.is_available():

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from ortlab.env import kernel_device, triton_mode
-from ortlab.kernels import KERNELS, run, run_reference
-from ortlab.kernels.ops.layer_norm import LayerNormalization
-from ortlab.kernels.ops.softmax import row_softmax
-from ortlab.kernels.roofline import DATASHEET, bandwidth_rates, cuda_time_ms, measure_peaks, wall_time_ms
+from ortlab.triton_kernels import KERNELS, run, run_reference
+from ortlab.triton_kernels.ops.layer_norm import LayerNormalization
+from ortlab.triton_kernels.ops.softmax import row_softmax
+from ortlab.triton_kernels.roofline import DATASHEET, bandwidth_rates, cuda_time_ms, measure_peaks, wall_time_ms
 
 COLS = 257  # one past a power of two: every row-wise kernel has a masked tail
 

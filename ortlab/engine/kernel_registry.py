@@ -120,7 +120,7 @@ def register_op_kernel(op_type, domain="", provider=CPU, *, override=False, **ke
     """
     if not isinstance(op_type, str) or not op_type:
         raise EngineError(f"register_op_kernel needs an op type (str), got {op_type!r}")
-    domain = "" if domain is None else domain  # None: the ONNX domain, as ortlab.kernels takes it
+    domain = "" if domain is None else domain  # None: the ONNX domain, as ortlab.triton_kernels takes it
     if not isinstance(domain, str):
         raise EngineError(f"register_op_kernel: domain must be a str ('' for ONNX, 'com.microsoft'), not {domain!r}")
     registry = registered_kernels(provider, where=f" (register_op_kernel({op_type!r}, provider={provider!r}))")

@@ -1,4 +1,4 @@
-"""A device EP whose kernels are ortlab's Triton kernels (ortlab.kernels).
+"""A device EP whose kernels are ortlab's Triton kernels (ortlab.triton_kernels).
 
 ORT's CUDA EP (onnxruntime/core/providers/cuda/cuda_execution_provider.cc) is the model: a
 device, a kernel registry, GetCapability claiming the nodes it has kernels for, and Memcpy
@@ -14,7 +14,7 @@ from ortlab.engine.execution_provider import (ExecutionProvider, OrtDevice, chec
 from ortlab.ops.kernel_def import KernelDef
 from ortlab.engine.kernel_registry import KernelCreateInfo, register_op_kernel
 from ortlab.engine.op_kernel import OpKernel
-from ortlab.kernels.registry import KERNELS, get_kernel, load_builtin_kernels
+from ortlab.triton_kernels.registry import KERNELS, get_kernel, load_builtin_kernels
 
 TRITON = "TritonExecutionProvider"
 
@@ -33,7 +33,7 @@ def _device():
 
 @register_execution_provider
 class TritonExecutionProvider(ExecutionProvider):
-    """Claims the nodes whose op has a Triton kernel in ortlab.kernels and whose attributes and
+    """Claims the nodes whose op has a Triton kernel in ortlab.triton_kernels and whose attributes and
     input types that kernel accepts."""
 
     type = TRITON
@@ -51,7 +51,7 @@ class TritonExecutionProvider(ExecutionProvider):
         load_builtin_kernels()
         kernel_cls = KERNELS.get((node.op_type, node.domain))
         if kernel_cls is None:
-            return None, "no Triton kernel in ortlab.kernels"
+            return None, "no Triton kernel in ortlab.triton_kernels"
         try:
             kernel_cls(**node.attributes)
         except Exception as exc:  # noqa: BLE001 (the kernel's own KernelInputError says why)
@@ -96,7 +96,7 @@ def _torch_dtype(dtype):
 
 
 class TritonKernel(OpKernel):
-    """Runs an ortlab.kernels Kernel: attributes bound once, compute(*tensors) every run."""
+    """Runs an ortlab.triton_kernels Kernel: attributes bound once, compute(*tensors) every run."""
 
     def __init__(self, info):
         super().__init__(info)
@@ -109,7 +109,7 @@ class TritonKernel(OpKernel):
                 for v in ctx.inputs()]
         while args and args[-1] is None:
             args.pop()
-        # count, types, ranks and shapes, as ortlab.kernels.executor.run checks them
+        # count, types, ranks and shapes, as ortlab.triton_kernels.executor.run checks them
         self.kernel.validate([check_view(a) for a in args])
         return self.kernel.compute(*args)
 

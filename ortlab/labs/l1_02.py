@@ -184,7 +184,7 @@ def placement_feeds():
 def triton_kernels():
     """The ops ortlab's Triton EP has kernels for, printed as ORT prints an op ('Softmax', 'com.microsoft:BiasGelu'),
     with the types each kernel takes for each input."""
-    from ortlab.kernels.registry import KERNELS, load_builtin_kernels
+    from ortlab.triton_kernels.registry import KERNELS, load_builtin_kernels
     from ortlab.onnx_defs import op_name
 
     load_builtin_kernels()

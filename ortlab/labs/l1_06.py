@@ -14,8 +14,8 @@ import numpy as np
 from ortlab import env  # noqa: F401 - before triton: it sets TRITON_INTERPRET (no GPU), which Triton reads once
 import triton
 
-from ortlab.kernels import launch
-from ortlab.kernels.executor import interpretable, to_device, to_numpy
+from ortlab.triton_kernels import launch
+from ortlab.triton_kernels.executor import interpretable, to_device, to_numpy
 from ortlab.labs.checks import CheckFailed, judge
 from ortlab.labs.lab05 import OutOfBounds, bounds_checked, interpreted, kernel_problem
 from ortlab.labs.remote import learner, probe
@@ -82,7 +82,7 @@ def gather_cases():
 # --- running the learner's kernel ------------------------------------------------------------------------------
 
 def launchable(fn):
-    """The learner's @triton.jit kernel, ready for Triton's interpreter (ortlab.kernels.executor.interpretable)."""
+    """The learner's @triton.jit kernel, ready for Triton's interpreter (triton_kernels.executor.interpretable)."""
     if not (hasattr(fn, "fn") or hasattr(fn, "run")):
         raise CheckFailed(f"give the kernel itself, a function decorated with @triton.jit, not {type(fn).__name__}")
     return interpretable(fn)

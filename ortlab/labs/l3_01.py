@@ -12,7 +12,7 @@ solutions/walkthroughs/L3_01_kernel_optimization.py, outside the package.
 """
 import numpy as np
 
-from ortlab.kernels.executor import to_device, to_numpy
+from ortlab.triton_kernels.executor import to_device, to_numpy
 from ortlab.labs.checks import judge
 from ortlab.labs.l1_06 import block_for, canonical, launchable, run_watched
 from ortlab.labs.remote import learner, probe

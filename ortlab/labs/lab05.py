@@ -22,9 +22,9 @@ import triton
 
 from ortlab.errors import OrtlabError
 from ortlab.onnx_defs import MS_DOMAIN as MS, op_key, op_name
-from ortlab.kernels import get_kernel, launch, op_test, register_kernel
-from ortlab.kernels.executor import to_device
-from ortlab.kernels.ops.gelu import GeluGrad
+from ortlab.triton_kernels import get_kernel, launch, op_test, register_kernel
+from ortlab.triton_kernels.executor import to_device
+from ortlab.triton_kernels.ops.gelu import GeluGrad
 from ortlab.labs.checks import CheckFailed, describe, judge
 from ortlab.labs.remote import learner, probe
 from ortlab.viz import Table

@@ -1,6 +1,6 @@
 """The numpy maths of every op ortlab has a kernel for: one definition per op.
 
-Each kernel's `reference` (the Kernel classes of ortlab.kernels.ops) and the onnx.reference ops
+Each kernel's `reference` (the Kernel classes of ortlab.triton_kernels.ops) and the onnx.reference ops
 of ortlab.ops.contrib_ops (every com.microsoft op of ortlab's graphs) call these, so the
 maths of an op is written once. Plain numpy: importing this module loads neither torch nor
 Triton. Attributes arrive checked by the kernel or op that calls (axes in range, a known reduction).

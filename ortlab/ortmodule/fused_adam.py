@@ -337,7 +337,7 @@ def compare_with_torch(module="mlp", steps=5, lr=1e-2, weight_decay=0.01, eps_va
 def grouping_table(sizes, chunk_size=CHUNK_SIZE, block=1024):
     """Kernel launches to update tensors of `sizes` elements, three ways: a plain loop (one launch
     per tensor), ORT's multi_tensor_apply (plan_launches, depth 4) and ortlab's flat-buffer
-    multi-tensor SGD (ortlab.kernels.optimization.sgd_step_multi_tensor: one launch of
+    multi-tensor SGD (ortlab.triton_kernels.optimization.sgd_step_multi_tensor: one launch of
     ceil(total / block) programs)."""
     sizes = _sizes(sizes)
     plan = plan_launches(sizes, chunk_size)

@@ -20,7 +20,7 @@ import triton.language as tl
 
 from ortlab.engine import InferenceSession, SessionOptions
 from ortlab.env import kernel_device
-from ortlab.kernels.executor import launch
+from ortlab.triton_kernels.executor import launch
 from ortlab.session import run_model
 from ortlab.viz.tables import within
 

@@ -4,9 +4,9 @@ sizes with tails (columns not a multiple of a block, a single column, more than 
 import numpy as np
 import pytest
 
-import ortlab.kernels as K
+import ortlab.triton_kernels as K
 from ortlab.cuda import op_kernels
-from ortlab.kernels.op_tester import OpTestFailure
+from ortlab.triton_kernels.op_tester import OpTestFailure
 from ortlab.onnx_defs import op_name
 
 SIZES = [(3, 37), (37, 300), (5, 2), (9, 1030)]  # (5, 1): ORT's CPU LayerNormalizationGrad itself fails

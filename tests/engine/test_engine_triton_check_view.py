@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from ortlab.engine.triton_execution_provider import check_view  # noqa: E402
 from ortlab.errors import OrtlabError  # noqa: E402
-from ortlab.kernels.registry import KERNELS, load_builtin_kernels  # noqa: E402
+from ortlab.triton_kernels.registry import KERNELS, load_builtin_kernels  # noqa: E402
 
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from ortlab import session
 from ortlab.engine import InferenceSession, SessionOptions
-from ortlab.kernels.registry import KERNELS, load_builtin_kernels
+from ortlab.triton_kernels.registry import KERNELS, load_builtin_kernels
 from ortlab.labs import l1_02
 from ortlab.labs.judges.l1_02 import ortlab_copies, ortlab_placements
 

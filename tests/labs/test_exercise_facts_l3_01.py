@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ortlab import env  # noqa: F401 - first: it sets TRITON_INTERPRET before Triton loads (no GPU)
-from ortlab.kernels.ops.softmax import softmax_kernel
+from ortlab.triton_kernels.ops.softmax import softmax_kernel
 from ortlab.labs import cpu_runner, l3_01
 from ortlab.labs.judges.l3_01 import ort_row_stats, ort_skip_layer_norm
 from ortlab.labs.l1_06 import block_for, canonical, run_watched

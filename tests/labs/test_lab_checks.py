@@ -383,8 +383,8 @@ def _lab05_kernels():
 
 
 def test_lab05_checks_name_the_failing_shape_and_the_tail(capsys):
-    from ortlab.kernels import get_kernel
-    from ortlab.kernels.ops.gelu import GeluGrad
+    from ortlab.triton_kernels import get_kernel
+    from ortlab.triton_kernels.ops.gelu import GeluGrad
     from ortlab.labs import lab05
 
     good, no_pdf_term, drops_the_tail, stub = _lab05_kernels()
@@ -399,7 +399,7 @@ def test_lab05_checks_name_the_failing_shape_and_the_tail(capsys):
 
 
 def test_lab05_register_check(capsys):
-    from ortlab.kernels import register_kernel
+    from ortlab.triton_kernels import register_kernel
     from ortlab.labs import lab05
 
     assert "still ortlab's built-in" in verdict(capsys, lab05.check_registered)
@@ -416,7 +416,7 @@ def test_lab05_register_check(capsys):
 def test_lab05_a_kernel_without_the_tail_mask_is_reported_not_fatal(capsys):
     """Under the interpreter an unmasked tail reads and writes the process's own memory (glibc then
     aborts with 'double free or corruption'); the checks stop it before the access and say why."""
-    from ortlab.kernels import register_kernel
+    from ortlab.triton_kernels import register_kernel
     from ortlab.labs import lab05
 
     _lab05_kernels()
@@ -438,7 +438,7 @@ def test_lab05_a_kernel_without_the_tail_mask_is_reported_not_fatal(capsys):
 def test_lab05_bounds_checking_lets_a_masked_kernel_through_and_undoes_itself():
     import torch
     from triton.runtime import interpreter
-    from ortlab.kernels import launch
+    from ortlab.triton_kernels import launch
     from ortlab.labs import lab05
 
     good = _lab05_kernels()[0]
@@ -454,8 +454,8 @@ def test_lab05_bounds_checking_lets_a_masked_kernel_through_and_undoes_itself():
 def _compute_class(body):
     import torch
     import triton
-    from ortlab.kernels import launch
-    from ortlab.kernels.ops.gelu import GeluGrad
+    from ortlab.triton_kernels import launch
+    from ortlab.triton_kernels.ops.gelu import GeluGrad
 
     good = _lab05_kernels()[0]
 
@@ -476,7 +476,7 @@ def _compute_class(body):
     ("right", "[PASS]"),
 ])
 def test_lab05_register_names_a_bare_tensor_and_a_short_grid(body, words, capsys):
-    from ortlab.kernels import register_kernel
+    from ortlab.triton_kernels import register_kernel
     from ortlab.labs import lab05
 
     try:

@@ -53,7 +53,7 @@ assert [n.op_type for n in fused.graph.node] == ["Relu"], fused.graph.node
 assert manager.fire_counts() == {"ReluReluFusion": 1}, manager.fire_counts()
 """,
     "kernel": """
-from ortlab import kernels
+from ortlab import triton_kernels as kernels
 
 
 def check():  # not at module level: Triton's interpreter chokes on a numpy array among a kernel's globals

@@ -7,7 +7,7 @@ import onnx
 import onnx.numpy_helper
 from onnx import helper
 
-import ortlab.kernels as K
+import ortlab.triton_kernels as K
 from ortlab import OrtlabError, session
 from ortlab.gradients import check_gradient, register_gradient
 from ortlab.ir import Graph

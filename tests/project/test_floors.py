@@ -21,7 +21,7 @@ FLOORS = (
     "ops",           # what an op is: numpy references, ORT's contrib schemas, the kernel declaration table
     "ir",            # Graph, Node, NodeArg, orders, ORT-flavoured shape inference
     "session",       # the real onnxruntime.InferenceSession, observed
-    "profiling", "cuda", "kernels",
+    "profiling", "cuda", "triton_kernels",
     "transformers",  # the graph optimizer and the session-time transforms
     "gradients",     # gradient builders and the gradient graph
     "memory",        # the allocation planner and the offset planners

@@ -134,7 +134,7 @@ def test_every_reference_op_is_named_by_a_test():
 
 
 def test_every_registered_kernel_is_named_by_a_test():
-    from ortlab.kernels import KERNELS
+    from ortlab.triton_kernels import KERNELS
 
     assert not _untested(op for op, _ in KERNELS), "kernels with no test"
 
@@ -144,8 +144,8 @@ def test_the_kernels_registry_and_bench_need_neither_onnx_nor_onnxruntime():
     import subprocess
     import sys
 
-    code = ("import sys, ortlab.benchmarks.kernels; from ortlab.kernels import KERNELS; assert len(KERNELS) > 0; "
-            "print(sorted(m for m in ('onnx', 'onnxruntime') if m in sys.modules))")
+    code = ("import sys, ortlab.benchmarks.kernels; from ortlab.triton_kernels import KERNELS; "
+            "assert len(KERNELS) > 0; print(sorted(m for m in ('onnx', 'onnxruntime') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

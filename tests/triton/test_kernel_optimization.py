@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-import ortlab.kernels as K
+import ortlab.triton_kernels as K
 from ortlab.env import kernel_device
 from ortlab.benchmarks import kernels as bench
-from ortlab.kernels import optimization as opt, roofline
-from ortlab.kernels.ops.layer_norm import LayerNormalization
-from ortlab.kernels.ops.softmax import row_softmax
+from ortlab.triton_kernels import optimization as opt, roofline
+from ortlab.triton_kernels.ops.layer_norm import LayerNormalization
+from ortlab.triton_kernels.ops.softmax import row_softmax
 
 H100 = roofline.DATASHEET["H100 SXM (datasheet)"]
 
@@ -142,7 +142,7 @@ def test_bench_labels_cpu_bandwidth():
 
 
 def test_bandwidth_rates_on_a_gpu_and_on_cpu():
-    from ortlab.kernels.roofline import NA_ON_CPU, bandwidth_rates
+    from ortlab.triton_kernels.roofline import NA_ON_CPU, bandwidth_rates
     # 2 GB in 1 ms is 2000 GB/s; against a 4 TB/s peak that is 50%
     assert bandwidth_rates(2e9, 1.0, 4e12, True) == {"GB/s": 2000.0, "% of peak": 50.0}
     assert bandwidth_rates(2e9, 1.0, 4e12, False, "% of copy peak") == {"GB/s": NA_ON_CPU, "% of copy peak": NA_ON_CPU}

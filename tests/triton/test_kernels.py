@@ -1,4 +1,4 @@
-"""ortlab.kernels: every Triton kernel against its numpy reference and ORT's own kernel
+"""ortlab.triton_kernels: every Triton kernel against its numpy reference and ORT's own kernel
 (op_test), the gradients against torch autograd, and clear errors on bad input.
 
 Shapes are small (Triton's interpreter runs each program in Python) but include lengths that
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-import ortlab.kernels as K
+import ortlab.triton_kernels as K
 from ortlab import OrtlabError
 from ortlab.env import kernel_device, triton_mode
 from ortlab.onnx_defs import MS_DOMAIN, op_name
-from ortlab.kernels.op_tester import OpTestFailure
+from ortlab.triton_kernels.op_tester import OpTestFailure
 
 MS = MS_DOMAIN
 GPU = kernel_device() == "cuda"
@@ -32,7 +32,7 @@ def t(a, grad=False):
 # -- op_test: ortlab vs numpy reference vs ORT's CPU kernel ------------------------------
 @pytest.mark.parametrize("key", list(K.KERNELS), ids=lambda key: op_name(*key))
 def test_every_registered_kernel_matches_its_reference_and_ort_on_its_example(key):
-    """A kernel registered anywhere (a new module of ortlab.kernels.ops included) is tested here
+    """A kernel registered anywhere (a new module of ortlab.triton_kernels.ops included) is tested here
     on Kernel.example, with no other edit; ORT's CPU EP is compared where it has the op."""
     kernel_cls = K.KERNELS[key]
     inputs, attributes = kernel_cls.example(np.random.default_rng(0))
@@ -282,16 +282,16 @@ def test_registry_rejects_duplicates_and_lists_what_it_has():
 
 
 def test_the_numpy_side_loads_without_torch_or_triton_and_the_api_on_first_use():
-    """ortlab.kernels and its numpy references (which contrib_ops uses) load neither torch nor
+    """ortlab.triton_kernels and its numpy references (which contrib_ops uses) load neither torch nor
     Triton; the public names load on first use, `launch` the function even when a tool module
-    imported ortlab.kernels.executor first."""
+    imported ortlab.triton_kernels.executor first."""
     import subprocess
     import sys
 
-    code = ("import sys, ortlab.kernels, ortlab.ops.contrib_ops\n"
+    code = ("import sys, ortlab.triton_kernels, ortlab.ops.contrib_ops\n"
             "print(sorted(m for m in ('torch', 'triton', 'ortlab.env') if m in sys.modules))\n"
             "from ortlab.walkthroughs import cuda_programming as programs\n"
-            "from ortlab.kernels import launch, registered\n"
+            "from ortlab.triton_kernels import launch, registered\n"
             "print(callable(launch), len(registered()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split("\n")[:2] == ["[]", f"True {len(K.KERNELS)}"]
@@ -418,7 +418,7 @@ def test_a_kernel_launches_from_a_module_that_holds_numpy_arrays(tmp_path):
     spec = importlib.util.spec_from_file_location("nb_like", tmp_path / "nb_like.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    from ortlab.kernels.executor import to_device
+    from ortlab.triton_kernels.executor import to_device
 
     x = to_device(np.arange(10, dtype=np.float32))
     y = torch.zeros_like(x)

@@ -7,7 +7,7 @@ import torch
 
 RUN_SOFTMAX = """
 import numpy as np
-from ortlab.kernels import executor
+from ortlab.triton_kernels import executor
 try:
     print(executor.run("Softmax", np.array([[0.0, 0.0]], dtype=np.float32))[0].tolist())
 except Exception as exc:

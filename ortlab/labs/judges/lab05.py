@@ -5,9 +5,9 @@ its dX comes back as data and is replayed here into ortlab's op_test, which comp
 own GeluGrad on the same inputs: the shapes catch the usual mistakes (an exact multiple of the
 block, a 2-D input, a tail, a tail longer than one block).
 """
-from ortlab.kernels import KERNELS, op_test
-from ortlab.kernels.op_tester import OpTestFailure
-from ortlab.kernels.ops.gelu import GeluGrad
+from ortlab.triton_kernels import KERNELS, op_test
+from ortlab.triton_kernels.op_tester import OpTestFailure
+from ortlab.triton_kernels.ops.gelu import GeluGrad
 from ortlab.labs.checks import CheckFailed
 from ortlab.labs.lab05 import SHAPES, inputs_for, kernel_facts, registered_facts, run_kernel, where_it_fails
 from ortlab.onnx_defs import MS_DOMAIN as MS

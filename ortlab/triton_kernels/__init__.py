@@ -4,7 +4,7 @@
 interpreter on CPU, compiled on a GPU: ortlab.env chooses); `op_test` compares it with ORT's
 own kernel for the same op. Kernels register themselves with `@register_kernel`.
 
-The op kernels live in ortlab.kernels.ops (one module per op family; the numpy maths of every op is
+The op kernels live in ortlab.triton_kernels.ops (one module per op family; the numpy maths of every op is
 ortlab.ops.reference); the tools stand apart: kernel_def (what a kernel declares), registry (KERNELS),
 executor (launching and running one), op_tester, roofline, optimization. The GPU check is
 ortlab.benchmarks.kernels.
@@ -25,9 +25,9 @@ __all__ = sorted(_HOMES)
 
 
 def __getattr__(name):
-    """`ortlab.kernels.run` and the other public names, imported from their modules on first use."""
+    """`ortlab.triton_kernels.run` and the other public names, imported from their modules on first use."""
     if name not in _HOMES:
-        raise AttributeError(f"module 'ortlab.kernels' has no attribute {name!r}")
+        raise AttributeError(f"module 'ortlab.triton_kernels' has no attribute {name!r}")
     importlib.import_module(f"{__name__}.registry").load_builtin_kernels()
     for public, home in _HOMES.items():
         globals()[public] = getattr(importlib.import_module(f"{__name__}.{home}"), public)

@@ -4,7 +4,7 @@ Mirrors onnxruntime/core/framework/kernel_registry.cc (KernelRegistry::Register,
 a second kernel for a key, and TryFindKernel). KERNELS is an ortlab.registry.Registry: a failed
 lookup lists what is registered, like ORT's "Could not find an implementation for ..." but with
 the alternatives; `KERNELS.using(key, cls)` swaps a kernel for the length of a `with` block.
-ortlab's own kernels (ortlab.kernels.ops) are registered on first use: `load_builtin_kernels`.
+ortlab's own kernels (ortlab.triton_kernels.ops) are registered on first use: `load_builtin_kernels`.
 """
 import importlib
 
@@ -24,12 +24,12 @@ _builtins_loaded = False
 
 def load_builtin_kernels():
     """Register ortlab's own kernels, once: ortlab.env first (it sets TRITON_INTERPRET before
-    Triton compiles anything), then every module of ortlab.kernels.ops."""
+    Triton compiles anything), then every module of ortlab.triton_kernels.ops."""
     global _builtins_loaded
     if not _builtins_loaded:
         _builtins_loaded = True  # first, so that the op modules' own @register_kernel skip this
         importlib.import_module("ortlab.env")
-        importlib.import_module("ortlab.kernels.ops").load()
+        importlib.import_module("ortlab.triton_kernels.ops").load()
 
 
 def register_kernel(cls=None, *, override=False):

@@ -16,8 +16,8 @@ from ortlab.cuda import op_kernels
 from ortlab.env import quiet_import
 from ortlab.errors import OrtlabError
 from ortlab.onnx_defs import one_node_model, op_name
-from ortlab.kernels.executor import bind, run
-from ortlab.kernels.kernel_def import KernelInputError
+from ortlab.triton_kernels.executor import bind, run
+from ortlab.triton_kernels.kernel_def import KernelInputError
 
 
 class OpTestFailure(OrtlabError):

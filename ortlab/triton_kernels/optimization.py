@@ -3,7 +3,7 @@ fused (one pass, intermediates in registers), and multi-tensor apply for optimiz
 
 Naive LayerNorm: mean pass, variance pass, normalize pass = 3 launches, x read 3 times.
 Naive softmax: max pass, exp-sum pass, normalize pass = 3 launches, x read 3 times.
-The fused kernels of ortlab.kernels.ops (layer_norm.py, softmax.py) read x once and write y once.
+The fused kernels of ortlab.triton_kernels.ops (layer_norm.py, softmax.py) read x once and write y once.
 Multi-tensor apply (apex's multi_tensor_apply behind ORT's FusedAdam,
 orttraining/orttraining/python/training/optim/fused_adam.py and
 orttraining/orttraining/training_ops/cuda/optimizer/): one launch updates every parameter,
@@ -16,12 +16,12 @@ import triton
 import triton.language as tl
 
 from ortlab.env import kernel_device
-from ortlab.kernels.executor import block_size, launch
-from ortlab.kernels.ops.gelu import gelu_grad_kernel
-from ortlab.kernels.ops.layer_norm import LayerNormalization
-from ortlab.kernels.ops.reduce_sum import row_sum
-from ortlab.kernels.ops.softmax import row_softmax
-from ortlab.kernels.roofline import bandwidth_rates, cuda_time_ms, wall_time_ms
+from ortlab.triton_kernels.executor import block_size, launch
+from ortlab.triton_kernels.ops.gelu import gelu_grad_kernel
+from ortlab.triton_kernels.ops.layer_norm import LayerNormalization
+from ortlab.triton_kernels.ops.reduce_sum import row_sum
+from ortlab.triton_kernels.ops.softmax import row_softmax
+from ortlab.triton_kernels.roofline import bandwidth_rates, cuda_time_ms, wall_time_ms
 
 BLOCK = 1024
 

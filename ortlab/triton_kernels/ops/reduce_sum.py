@@ -13,10 +13,10 @@ from ortlab import env  # noqa: F401 - before triton: it sets TRITON_INTERPRET (
 import triton
 import triton.language as tl
 
-from ortlab.kernels.executor import block_size, launch
-from ortlab.kernels.kernel_def import INDEX, Arg, Kernel
+from ortlab.triton_kernels.executor import block_size, launch
+from ortlab.triton_kernels.kernel_def import INDEX, Arg, Kernel
 from ortlab.ops.reference import reduce_sum_reference
-from ortlab.kernels.registry import register_kernel
+from ortlab.triton_kernels.registry import register_kernel
 
 MAX_BLOCK = 1024
 

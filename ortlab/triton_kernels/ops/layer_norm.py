@@ -20,11 +20,11 @@ import triton
 import triton.language as tl
 
 from ortlab.onnx_defs import MS_DOMAIN
-from ortlab.kernels.executor import block_size, launch
-from ortlab.kernels.kernel_def import Arg, Kernel
+from ortlab.triton_kernels.executor import block_size, launch
+from ortlab.triton_kernels.kernel_def import Arg, Kernel
 from ortlab.ops.reference import layer_norm_grad_reference, layer_norm_reference
 from ortlab.ops.rows import flatten_from, normalize_axis, stats_shape
-from ortlab.kernels.registry import register_kernel
+from ortlab.triton_kernels.registry import register_kernel
 
 ROWS_PER_GROUP = 16
 

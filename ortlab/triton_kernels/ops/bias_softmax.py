@@ -18,11 +18,11 @@ import triton.language as tl
 import triton
 
 from ortlab.onnx_defs import MS_DOMAIN
-from ortlab.kernels.executor import block_size, launch
-from ortlab.kernels.kernel_def import Arg, Kernel
+from ortlab.triton_kernels.executor import block_size, launch
+from ortlab.triton_kernels.kernel_def import Arg, Kernel
 from ortlab.ops.reference import bias_softmax_reference
 from ortlab.ops.rows import flatten_from, normalize_axis
-from ortlab.kernels.registry import register_kernel
+from ortlab.triton_kernels.registry import register_kernel
 
 
 @triton.jit

@@ -20,7 +20,7 @@ from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
 from ortlab.errors import OrtlabError  # noqa: E402
 from ortlab.env import TRITON_INTERPRET, triton_mode  # noqa: E402
-from ortlab.kernels.registry import get_kernel  # noqa: E402
+from ortlab.triton_kernels.registry import get_kernel  # noqa: E402
 
 LAUNCHES = []
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ortlab.env import kernel_device
-from ortlab.kernels.executor import bind, to_device
+from ortlab.triton_kernels.executor import bind, to_device
 
 # Datasheet figures (dense FP32 without tensor cores; HBM bandwidth), for the CPU path.
 DATASHEET = {

@@ -15,11 +15,11 @@ import triton
 import triton.language as tl
 
 from ortlab.onnx_defs import MS_DOMAIN
-from ortlab.kernels.executor import block_size, launch
-from ortlab.kernels.kernel_def import INDEX, Arg, Kernel
+from ortlab.triton_kernels.executor import block_size, launch
+from ortlab.triton_kernels.kernel_def import INDEX, Arg, Kernel
 from ortlab.ops.reference import gather_grad_reference
 from ortlab.ops.rows import normalize_axis, split_at
-from ortlab.kernels.registry import register_kernel
+from ortlab.triton_kernels.registry import register_kernel
 
 MAX_BLOCK = 1024
 

@@ -18,10 +18,10 @@ import triton
 import triton.language as tl
 
 from ortlab.onnx_defs import MS_DOMAIN
-from ortlab.kernels.executor import launch
-from ortlab.kernels.kernel_def import Arg, Kernel
+from ortlab.triton_kernels.executor import launch
+from ortlab.triton_kernels.kernel_def import Arg, Kernel
 from ortlab.ops.reference import draw_seed, dropout_grad_reference, dropout_reference
-from ortlab.kernels.registry import register_kernel
+from ortlab.triton_kernels.registry import register_kernel
 
 BLOCK = 1024
 RATIO = ("float32", "float64")

@@ -15,11 +15,11 @@ import triton.language as tl
 import triton
 
 from ortlab.onnx_defs import MS_DOMAIN
-from ortlab.kernels.executor import block_size, launch
-from ortlab.kernels.kernel_def import Arg, Kernel
+from ortlab.triton_kernels.executor import block_size, launch
+from ortlab.triton_kernels.kernel_def import Arg, Kernel
 from ortlab.ops.reference import softmax_grad_reference, softmax_reference
 from ortlab.ops.rows import as_rows, from_rows, normalize_axis
-from ortlab.kernels.registry import register_kernel
+from ortlab.triton_kernels.registry import register_kernel
 
 
 @triton.jit

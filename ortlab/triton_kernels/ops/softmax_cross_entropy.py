@@ -17,14 +17,14 @@ import triton.language as tl
 import triton
 
 from ortlab.onnx_defs import MS_DOMAIN
-from ortlab.kernels.executor import block_size, launch
-from ortlab.kernels.kernel_def import INDEX, Arg, Kernel
-from ortlab.kernels.ops.reduce_sum import row_sum
+from ortlab.triton_kernels.executor import block_size, launch
+from ortlab.triton_kernels.kernel_def import INDEX, Arg, Kernel
+from ortlab.triton_kernels.ops.reduce_sum import row_sum
 from ortlab.ops.loss_shapes import softmax_cross_entropy_label_problem, softmax_cross_entropy_shape_problem
 from ortlab.ops.reference import (softmax_cross_entropy_grad_reference,
                                           softmax_cross_entropy_reference)
 from ortlab.ops.rows import as_rows, from_rows
-from ortlab.kernels.registry import register_kernel
+from ortlab.triton_kernels.registry import register_kernel
 
 REDUCTIONS = ("mean", "sum", "none")
 
