@@ -6,11 +6,15 @@ ortlab.labs.judges.d_01 ('global_norm_clip' against torch.nn.utils.clip_grad_nor
 'loss_scaler' against ORT's own DynamicLossScaler, onnxruntime/training/amp/loss_scaler.py), and the reference
 answers in solutions/walkthroughs/D_01_training_domain_knowledge.py, outside the package.
 """
+import types
+
 import numpy as np
 import torch
 
+from ortlab.env import quiet_import
 from ortlab.labs.checks import judge
 from ortlab.labs.remote import learner, probe
+from ortlab.viz import Table
 
 
 # --- exercise 'global_norm_clip' --------------------------------------------------------------------------
@@ -57,11 +61,6 @@ def check_global_norm_clip(fn):
 
 def show_scaler_run(flags, loss_scale=2.0 ** 16, up_scale_window=2000, min_loss_scale=1.0, max_loss_scale=2.0 ** 24):
     """A table of a short run of ORT's DynamicLossScaler: each step's flag and the scale after its update()."""
-    import types
-
-    from ortlab.env import quiet_import
-    from ortlab.viz import Table
-
     scaler = quiet_import("onnxruntime.training.amp").DynamicLossScaler(
         automatic_update=True, loss_scale=loss_scale, up_scale_window=up_scale_window, min_loss_scale=min_loss_scale,
         max_loss_scale=max_loss_scale)

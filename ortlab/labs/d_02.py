@@ -14,6 +14,7 @@ from torch import nn
 
 from ortlab.labs.checks import judge
 from ortlab.labs.remote import learner, probe
+from ortlab.walkthroughs import ortmodule_feature_models as fm
 
 
 # --- exercise 'lr_zero' -----------------------------------------------------------------------------------
@@ -153,8 +154,6 @@ class TinyAttention(nn.Module):
 def half_grad_net():
     """The HalfGradTanhNet of comparison 2 (L1_07: Linear a -> a custom tanh whose backward halves the gradient
     -> Linear b -> cross-entropy)."""
-    from ortlab.walkthroughs import ortmodule_feature_models as fm
-
     return fm.HalfGradTanhNet()
 
 

@@ -8,9 +8,13 @@ case; 'fused_adam_step' against ORT's own FusedAdam.step(), onnxruntime/training
 multi_tensor_adam runs as ortlab.ortmodule.fused_adam's CPU transcription of multi_tensor_adam.cu), and the
 reference answers in solutions/walkthroughs/L1_07_ortmodule_optimizations.py, outside the package.
 """
+import textwrap
+from pathlib import Path
+
 import numpy as np
 import torch
 
+from ortlab.env import quiet_import
 from ortlab.labs.checks import judge
 from ortlab.labs.remote import learner, probe
 
@@ -94,11 +98,6 @@ def check_label_sparsity(fn):
 def kernel_excerpt():
     """The lines of ORT's multi_tensor_adam.cu (the wheel ships its source) that compute the bias corrections on
     the host and the ADAM_MODE_2 (torch AdamW) update of one element, dedented."""
-    import textwrap
-    from pathlib import Path
-
-    from ortlab.env import quiet_import
-
     root = Path(quiet_import("onnxruntime.training.ortmodule.torch_cpp_extensions").__file__).parent
     lines = (root / "cuda" / "fused_ops" / "multi_tensor_adam.cu").read_text().splitlines()
     host = next(i for i, line in enumerate(lines) if "float bias_correction1 = 1.0" in line)

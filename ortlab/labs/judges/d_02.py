@@ -16,6 +16,8 @@ import numpy as np
 import torch
 
 from ortlab.labs.checks import CheckFailed
+from ortlab.ortmodule import driver as om
+from ortlab.walkthroughs.ortmodule_optimizations import custom_autograd_support
 from ortlab.labs.d_02 import LOOPS, TinyAttention, differing, half_grad_net, predicted_constant
 
 
@@ -73,9 +75,6 @@ def _grads(module):
 @functools.lru_cache(maxsize=1)
 def comparisons():
     """[(what, ORTModule's gradients, PyTorch's gradients)] for the two comparisons the check gives."""
-    from ortlab.ortmodule import driver as om
-    from ortlab.walkthroughs.ortmodule_optimizations import custom_autograd_support
-
     found = []
     with torch.random.fork_rng(), om.captured_logs():  # ORTModule's export writes to the process's fds 1 and 2
         reference = TinyAttention()

@@ -19,6 +19,7 @@ import torch
 from ortlab.env import quiet_import
 from ortlab.labs.checks import CheckFailed
 from ortlab.labs.l1_07 import ModuleLoss, VOCAB, adam_cases, label_cases, predicted_sparsity, stepped
+from ortlab.ortmodule import fused_adam as fa
 
 
 # --- 'label_sparsity' -----------------------------------------------------------------------------------
@@ -105,8 +106,6 @@ def label_sparsity(remote, fn):
 def ort_step(case):
     """(p, m, v) after ORT's FusedAdam (adam_w_mode and eps left at FusedAdam's defaults but eps as given)
     takes step case['step'] from the case's state, as float64 arrays."""
-    from ortlab.ortmodule import fused_adam as fa
-
     fused_adam, _ = fa.fused_adam_class()
     with fa.cpu_fused_ops():
         param = torch.nn.Parameter(torch.tensor(case["p"]))
