@@ -97,7 +97,7 @@ def nan_case(name):
 def io_dump(model, feeds):
     """[NodeIO] in graph order (every node after the nodes it reads from): what each node read and wrote, the
     values computed by ORT 1.19.2 with every value made a graph output (ortlab.session.node_outputs)."""
-    from ortlab import session
+    from ortlab import session  # lazy: loaded when this runs, not when the notebook imports the exercises
 
     values = {k: np.asarray(v) for k, v in feeds.items()}
     values.update({t.name: numpy_helper.to_array(t) for t in model.graph.initializer})

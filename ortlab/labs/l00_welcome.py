@@ -10,6 +10,7 @@ answers in solutions/walkthroughs/00_welcome.py, outside the package.
 import io
 
 import numpy as np
+import onnx
 
 from ortlab.labs.checks import CheckFailed, judge
 from ortlab.labs.remote import learner, probe
@@ -19,7 +20,6 @@ def first_model():
     """The notebook's first graph: torch's Sequential(Linear(4, 8), GELU(), Linear(8, 2)) exported to ONNX
     (opset 17) as section 3 of the notebook exports it, with the same weights (torch seeded with 0; the
     caller's random state is left as it was)."""
-    import onnx
     import torch  # heavy: torch
 
     with torch.random.fork_rng():

@@ -7,6 +7,8 @@ and schema of _io.parse_inputs_for_onnx_export (orttraining/orttraining/python/t
 comparison of GraphTransitionManager._export_check (_graph_transition_manager.py). The reference answers are in
 solutions/walkthroughs/L0_02_ortmodule.py, outside the package.
 """
+import warnings
+
 import torch
 from torch import nn
 
@@ -72,10 +74,9 @@ def number_arguments(calls):
     """Each call [(how it is written, args, kwargs)] of NestedModel under ORTModule with every check on
     (ORTMODULE_SKIPCHECK_POLICY=SKIP_CHECK_DISABLED), under ORTModule with the default fast path (one ORTModule each,
     the calls in turn), and in PyTorch: the loss each returns, or ORT's error."""
-    import warnings
 
-    from ortlab.ortmodule import driver as om
-    from ortlab.viz import Table
+    from ortlab.ortmodule import driver as om  # lazy: loaded only when this runs
+    from ortlab.viz import Table  # lazy: loaded when this runs, not when the notebook imports the exercises
 
     def losses(**variables):
         out = []

@@ -27,7 +27,7 @@ def gemm_case():
 @probe
 def div_backward(fn, model, x_names):
     """The backward graph ortlab builds for `model` with the learner's builder in place of ortlab's Div builder."""
-    from ortlab.gradients import build_gradient_graph, using_gradient
+    from ortlab.gradients import build_gradient_graph, using_gradient  # lazy: loaded only when this runs
 
     if not callable(fn):
         raise CheckFailed(f"give your builder function itself (my_div_gradient), not {type(fn).__name__}")

@@ -101,7 +101,7 @@ def memcpy_model(name):
 def placed(source, providers=(TRITON,)):
     """The PlacedGraph of a model (or of the model of one of ortlab.engine's sessions): the EP ortlab.engine's
     partitioner gives each node with `providers`, graph optimizations off, before any Memcpy node is added."""
-    from ortlab.engine import InferenceSession, SessionOptions
+    from ortlab.engine import InferenceSession, SessionOptions  # lazy: loaded only when this runs
 
     model = source if not hasattr(source, "state") else source.state.partitioned_model()
     nodes = [n for n in model.graph.node if not n.op_type.startswith("Memcpy")]
@@ -184,8 +184,8 @@ def placement_feeds():
 def triton_kernels():
     """The ops ortlab's Triton EP has kernels for, printed as ORT prints an op ('Softmax', 'com.microsoft:BiasGelu'),
     with the types each kernel takes for each input."""
-    from ortlab.triton_kernels.registry import KERNELS, load_builtin_kernels
-    from ortlab.onnx_defs import op_name
+    from ortlab.triton_kernels.registry import KERNELS, load_builtin_kernels  # lazy: loaded only when this runs
+    from ortlab.onnx_defs import op_name  # lazy: loaded when this runs, not when the notebook imports the exercises
 
     load_builtin_kernels()
     rows = []

@@ -100,7 +100,7 @@ def scenario_outcome(label, session_factory=None):
     return its outcome: `answer` (True or False), or "error" when the code raised."""
     import onnxruntime as ort  # heavy: onnxruntime
 
-    from ortlab.walkthroughs import iobinding_dlpack as bv
+    from ortlab.walkthroughs import iobinding_dlpack as bv  # lazy: loaded only when this runs
 
     namespace = {"np": np, "bv": bv, "ort": ort}
     exec(SETUP, namespace)  # noqa: S102 - the scenario code above
@@ -149,7 +149,7 @@ def torch_bound_runs(fn, batches):
     import onnxruntime as ort  # heavy: onnxruntime
     import torch  # heavy: torch
 
-    from ortlab.walkthroughs import iobinding_dlpack as bv
+    from ortlab.walkthroughs import iobinding_dlpack as bv  # lazy: loaded only when this runs
 
     sess = bv.ort_session(bv.mlp_model())
     rows = batches[0].shape[0]

@@ -9,6 +9,7 @@ forward), and the reference answers in solutions/walkthroughs/L1_04_pybind.py, o
 No exercise compiles anything.
 """
 import numpy as np
+from onnx import TensorProto
 
 from ortlab.labs.checks import CheckFailed, judge
 from ortlab.labs.remote import learner, probe
@@ -43,11 +44,10 @@ def show_calls():
 def traced_calls(label):
     """The calls into the pybind11 module ('C.Class.method', in order) that CALLS[label] makes on onnxruntime
     1.19.2, recorded by ortlab.walkthroughs.pybind.trace_capi after SETUP ran on a new session."""
-    from onnx import TensorProto
 
     import onnxruntime as ort  # heavy: onnxruntime
-    from ortlab.onnx_defs import one_node_model
-    from ortlab.walkthroughs import pybind as pbv
+    from ortlab.onnx_defs import one_node_model  # lazy: loaded only when this runs
+    from ortlab.walkthroughs import pybind as pbv  # lazy: loaded only when this runs
 
     namespace = {"np": np, "ort": ort, "TensorProto": TensorProto, "one_node_model": one_node_model}
     exec(SETUP, namespace)  # noqa: S102 - the setup above

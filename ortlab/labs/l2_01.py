@@ -39,7 +39,7 @@ def loop_feeds():
 
 def loop_session(model=None):
     """ortlab.engine's session of loop_model() (optimizations off, memory pattern off), as in the notebook."""
-    from ortlab.engine import InferenceSession, SessionOptions
+    from ortlab.engine import InferenceSession, SessionOptions  # lazy: loaded only when this runs
 
     return InferenceSession(loop_model() if model is None else model,
                             SessionOptions(graph_optimization_level="disable", enable_mem_pattern=False))

@@ -35,7 +35,7 @@ def buffers_model():
 
 def execution_order():
     """The node names of buffers_model() in ORT's default execution order (what the planner walks)."""
-    from ortlab.memory import plan
+    from ortlab.memory import plan  # lazy: loaded when this runs, not when the notebook imports the exercises
 
     return [node.name for node in plan(buffers_model(), {"x": (4, 3)}).order]
 

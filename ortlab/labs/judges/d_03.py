@@ -87,7 +87,7 @@ def nan_birth(remote, fn):
 
 def ort_output_bytes():
     """{node name: output bytes} of one profiled run of bytes_model() at BYTES_LEVEL, in execution order."""
-    from ortlab import profiling
+    from ortlab import profiling  # lazy: loaded when the check runs (every judge is imported before a learner's cell)
 
     profile = profiling.profile_model(bytes_model(), bytes_feeds(), runs=1, level=BYTES_LEVEL)
     return {row[0]: int(row[3]) for row in profiling.plan_table(profile).rows}

@@ -5,6 +5,7 @@ Both ask the real onnxruntime: 'wraps_without_copy' calls OrtValue.ortvalue_from
 'shares_memory' does each conversion with onnxruntime and torch and compares data pointers.
 """
 import numpy as np
+from onnx import TensorProto, helper
 
 from ortlab.labs.checks import CheckFailed
 from ortlab.labs.l0_05 import ARRAYS, CONVERSIONS, array, ort_wraps, predicted, wraps
@@ -38,7 +39,6 @@ def wraps_without_copy(remote, fn):
 
 
 def _one_op_model(op, initializers=()):
-    from onnx import TensorProto, helper
 
     inputs = ["x"] + [t.name for t in initializers]
     graph = helper.make_graph([helper.make_node(op, inputs, ["y"])], op.lower(),
@@ -57,9 +57,8 @@ def _truth(label):
     """Does the conversion `label` share its source's memory? Done with onnxruntime and torch."""
     import onnxruntime as ort  # heavy: onnxruntime
     import torch  # heavy: torch
-    from onnx import TensorProto, helper
 
-    from ortlab import session
+    from ortlab import session  # lazy: loaded when the check runs (every judge is imported before a learner's cell)
 
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     value = ort.OrtValue.ortvalue_from_numpy(a)

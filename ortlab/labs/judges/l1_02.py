@@ -15,7 +15,7 @@ from ortlab.labs.l1_02 import (CPU, MEMCPY_MODELS, PLACEMENT_PROVIDERS, copies_m
 
 
 def _session(model, providers):
-    from ortlab.engine import InferenceSession, SessionOptions
+    from ortlab.engine import InferenceSession, SessionOptions  # lazy: loaded only when this runs
 
     return InferenceSession(model, SessionOptions(graph_optimization_level=0, log_severity_level=3),
                             providers=list(providers))

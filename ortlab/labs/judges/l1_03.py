@@ -53,8 +53,8 @@ def binding_outcomes(remote, fn):
 
 
 def _ort_y(batch):
-    from ortlab import session
-    from ortlab.walkthroughs import iobinding_dlpack as bv
+    from ortlab import session  # lazy: loaded when the check runs (every judge is imported before a learner's cell)
+    from ortlab.walkthroughs import iobinding_dlpack as bv  # lazy: loaded only when this runs
 
     return session.run_model(bv.mlp_model(), {"X": batch})["Y"]
 

@@ -32,7 +32,7 @@ WHY = {
 
 def _c_functions():
     """Every 'C.Class.method' and 'C.function' of the pybind11 module."""
-    from ortlab.walkthroughs import pybind as pbv
+    from ortlab.walkthroughs import pybind as pbv  # lazy: loaded only when this runs
 
     found = set(pbv.pybind_names().values())
     found.update(f"C.{cls.__name__}.__init__" for cls in pbv._pybind_classes())
