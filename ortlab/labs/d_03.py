@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ortlab.labs.checks import CheckFailed, judge
 from ortlab.labs.remote import learner, probe, register_tuple
+from ortlab.labs.model_text import describe  # noqa: F401 - the notebook shows its models with it
 from ortlab.onnx_defs import make_model
 
 F = TensorProto.FLOAT
@@ -168,24 +169,6 @@ def bytes_feeds():
 BYTES_LEVEL = "extended"  # the level of the notebook's profile
 
 
-def describe(model):
-    """The model as text: inputs and initializers with their types, each node with its attributes."""
-    def type_name(elem):
-        return helper.tensor_dtype_to_np_dtype(elem).name
-    lines = [f"input        {i.name}: {type_name(i.type.tensor_type.elem_type)}"
-             f"{[d.dim_value for d in i.type.tensor_type.shape.dim]}" for i in model.graph.input]
-    for t in model.graph.initializer:
-        value = numpy_helper.to_array(t)
-        lines.append(f"initializer  {t.name} = {value.tolist()}" if value.size <= 4
-                     else f"initializer  {t.name}: {value.dtype}{list(value.shape)}")
-    for node in model.graph.node:
-        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        if node.op_type == "Cast":
-            attributes["to"] = type_name(attributes["to"])
-        lines.append(f"node         {node.name}: {node.op_type}({', '.join(node.input)}) -> {', '.join(node.output)}"
-                     + (f"  {attributes}" if attributes else ""))
-    lines.append(f"outputs      {', '.join(o.name for o in model.graph.output)}")
-    return "\n".join(lines)
 
 
 @probe

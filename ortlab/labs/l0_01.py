@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ortlab.labs.checks import CheckFailed, judge
 from ortlab.labs.remote import learner, probe
+from ortlab.labs.model_text import describe  # noqa: F401 - the notebook shows its models with it
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
@@ -58,23 +59,6 @@ def shapes_feeds():
     return {"x": np.arange(30, dtype=np.float32).reshape(5, 6)}
 
 
-def describe(model):
-    """The model as text: inputs, initializers (small ones with their values), each node with its attributes,
-    outputs with the shapes they declare."""
-    def dims(info):
-        shape = info.type.tensor_type.shape
-        return [d.dim_param or d.dim_value for d in shape.dim] if info.type.tensor_type.HasField("shape") else "?"
-    lines = [f"input        {i.name}: {dims(i)}" for i in model.graph.input]
-    for t in model.graph.initializer:
-        value = numpy_helper.to_array(t)
-        lines.append(f"initializer  {t.name} = {value.tolist()}" if value.size <= 4
-                     else f"initializer  {t.name}: {value.dtype}{list(value.shape)}")
-    for node in model.graph.node:
-        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        lines.append(f"node         {node.name}: {node.op_type}({', '.join(node.input)}) -> {', '.join(node.output)}"
-                     + (f"  {attributes}" if attributes else ""))
-    lines += [f"output       {o.name}: {dims(o)}" for o in model.graph.output]
-    return "\n".join(lines)
 
 
 @probe

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ortlab.labs.checks import CheckFailed, judge
 from ortlab.labs.remote import learner, probe, register_tuple
+from ortlab.labs.model_text import describe  # noqa: F401 - the notebook shows its models with it
 from ortlab.onnx_defs import MS_DOMAIN, make_model
 
 F, D = TensorProto.FLOAT, TensorProto.DOUBLE
@@ -195,26 +196,6 @@ def triton_kernels():
     return "\n".join(rows)
 
 
-def describe(model):
-    """The model as text: graph inputs and initializers with their types, each node with its attributes (a Cast's
-    `to` as a type name), graph outputs."""
-    def type_name(elem):
-        return helper.tensor_dtype_to_np_dtype(elem).name
-
-    def dims(info):
-        return [d.dim_param or d.dim_value for d in info.type.tensor_type.shape.dim]
-    lines = [f"input        {i.name}: {type_name(i.type.tensor_type.elem_type)}{dims(i)}" for i in model.graph.input]
-    for t in model.graph.initializer:
-        lines.append(f"initializer  {t.name}: {type_name(t.data_type)}{list(t.dims)}")
-    for node in model.graph.node:
-        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        if node.op_type == "Cast":
-            attributes["to"] = type_name(attributes["to"])
-        op = f"{node.domain}:{node.op_type}" if node.domain else node.op_type
-        lines.append(f"node         {node.name}: {op}({', '.join(node.input)}) -> {', '.join(node.output)}"
-                     + (f"  {attributes}" if attributes else ""))
-    lines += [f"output       {o.name}" for o in model.graph.output]
-    return "\n".join(lines)
 
 
 @probe
