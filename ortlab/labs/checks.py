@@ -24,6 +24,19 @@ class CheckFailed(Exception):
     """Raised inside a check's test to fail it with a message for the learner."""
 
 
+def same_keys(got, expected, kind, give):
+    """CheckFailed unless the learner's dict `got` has exactly the keys `expected` (in any order): the first
+    key that is not one of them ("'x' is not a <kind>; the <kind>s are ..."), else the first one left out
+    ("'y' is missing: give <give> for every <kind>")."""
+    expected = list(expected)
+    unknown = [key for key in got if key not in expected]
+    if unknown:
+        raise CheckFailed(f"{unknown[0]!r} is not a {kind}; the {kind}s are {', '.join(map(str, expected))}")
+    missing = [key for key in expected if key not in got]
+    if missing:
+        raise CheckFailed(f"{missing[0]!r} is missing: give {give} for every {kind}")
+
+
 @dataclass(frozen=True)
 class CheckResult:
     """The outcome of one exercise check."""

@@ -486,3 +486,13 @@ def test_lab05_register_names_a_bare_tensor_and_a_short_grid(body, words, capsys
         lab05.restore_builtin()
     assert words in out, out
     assert "mask" not in out or body == "right"  # not blamed on the masks
+
+
+def test_same_keys_names_the_first_unknown_key_then_the_first_missing_one():
+    from ortlab.labs.checks import CheckFailed, same_keys
+
+    same_keys({"b": 1, "a": 2}, ["a", "b"], "loop", "True or False")  # any order passes
+    with pytest.raises(CheckFailed, match=r"^'c' is not a loop; the loops are a, b$"):
+        same_keys({"a": 1, "c": 2}, ["a", "b"], "loop", "True or False")
+    with pytest.raises(CheckFailed, match=r"^'b' is missing: give True or False for every loop$"):
+        same_keys({"a": 1}, ["a", "b"], "loop", "True or False")

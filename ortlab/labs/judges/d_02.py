@@ -15,7 +15,7 @@ import functools
 import numpy as np
 import torch
 
-from ortlab.labs.checks import CheckFailed
+from ortlab.labs.checks import CheckFailed, same_keys
 from ortlab.ortmodule import driver as om
 from ortlab.walkthroughs.ortmodule_optimizations import custom_autograd_support
 from ortlab.labs.d_02 import LOOPS, TinyAttention, differing, half_grad_net, predicted_constant
@@ -53,12 +53,8 @@ def lr_zero(remote, fn):
     if isinstance(got, str):
         raise CheckFailed(got)
     truth = torch_constant()
-    unknown = [name for name in got if name not in truth]
-    if unknown:
-        raise CheckFailed(f"{unknown[0]!r} is not a loop; the loops are {', '.join(truth)}")
+    same_keys(got, truth, "loop", "True or False")
     for name, (constant, losses) in truth.items():
-        if name not in got:
-            raise CheckFailed(f"{name!r} is missing: give True or False for every loop")
         if got[name] != constant:
             shown = ", ".join(f"{v:.4f}" for v in losses)
             raise CheckFailed(f"{name}: its losses are {shown}: {'the same' if constant else 'not the same'} at "

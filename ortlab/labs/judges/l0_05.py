@@ -7,7 +7,7 @@ Both ask the real onnxruntime: 'wraps_without_copy' calls OrtValue.ortvalue_from
 import numpy as np
 from onnx import TensorProto, helper
 
-from ortlab.labs.checks import CheckFailed
+from ortlab.labs.checks import CheckFailed, same_keys
 from ortlab.labs.l0_05 import ARRAYS, CONVERSIONS, array, ort_wraps, predicted, wraps
 
 WHY = {
@@ -86,12 +86,8 @@ def _truth(label):
 def shares_memory(remote, fn):
     got = remote.call(predicted, fn)
     labels = [label for label, _ in CONVERSIONS]
-    unknown = sorted(set(got) - set(labels))
-    if unknown:
-        raise CheckFailed(f"{unknown[0]!r} is not one of the conversions; the labels are {', '.join(labels)}")
+    same_keys(got, labels, "conversion", "True or False")
     for label in labels:
-        if label not in got:
-            raise CheckFailed(f"{label!r} is missing: say True or False for every conversion")
         truth = _truth(label)
         if got[label] != truth:
             shares = "shares" if truth else "does not share"

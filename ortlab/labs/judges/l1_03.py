@@ -9,7 +9,7 @@ core/framework/execution_frame.cc and utils.cc (a pre-allocated fetch must have 
 """
 import numpy as np
 
-from ortlab.labs.checks import CheckFailed
+from ortlab.labs.checks import CheckFailed, same_keys
 from ortlab.labs.l1_03 import (GUARD, LABELS, bind_torch_batches, predicted_outcomes, scenario_outcome,
                                torch_bound_runs)
 
@@ -38,12 +38,8 @@ def _said(value):
 
 def binding_outcomes(remote, fn):
     got = remote.call(predicted_outcomes, fn)
-    unknown = [label for label in got if label not in LABELS]
-    if unknown:
-        raise CheckFailed(f"{unknown[0]!r} is not a scenario; the labels are {', '.join(LABELS)}")
+    same_keys(got, LABELS, "scenario", "True, False or 'error'")
     for label in LABELS:
-        if label not in got:
-            raise CheckFailed(f"{label!r} is missing: give True, False or 'error' for every scenario")
         truth = scenario_outcome(label)
         if got[label] != truth:
             outcome = "raises" if truth == "error" else f"sets answer = {truth}"

@@ -9,7 +9,7 @@ each element with the learner's.
 """
 import numpy as np
 
-from ortlab.labs.checks import CheckFailed
+from ortlab.labs.checks import CheckFailed, same_keys
 from ortlab.labs.l1_04 import (CALL_LABELS, FORWARD_CASES, forward_tensors, ortvalue_vector_report, predicted_calls,
                                traced_calls, vector_built)
 
@@ -46,13 +46,9 @@ def _methods_of(name):
 
 def c_calls(remote, fn):
     got = remote.call(predicted_calls, fn)
-    unknown = [label for label in got if label not in CALL_LABELS]
-    if unknown:
-        raise CheckFailed(f"{unknown[0]!r} is not one of the calls; they are {', '.join(CALL_LABELS)}")
+    same_keys(got, CALL_LABELS, "call", "the list of pybind calls (or [])")
     known = _c_functions()
     for label in CALL_LABELS:
-        if label not in got:
-            raise CheckFailed(f"{label!r} is missing: give the list of pybind calls (or []) for every call")
         said, truth = got[label], traced_calls(label)
         for name in said:
             if not name.startswith("C."):

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ortlab.env import quiet_import
-from ortlab.labs.checks import CheckFailed
+from ortlab.labs.checks import CheckFailed, same_keys
 from ortlab.labs.l1_07 import ModuleLoss, VOCAB, adam_cases, label_cases, predicted_sparsity, stepped
 from ortlab.ortmodule import fused_adam as fa
 
@@ -88,12 +88,8 @@ def label_sparsity(remote, fn):
     if isinstance(got, str):
         raise CheckFailed(got)
     truth = ort_verdicts()
-    unknown = [case for case in got if case not in truth]
-    if unknown:
-        raise CheckFailed(f"{unknown[0]!r} is not a case; the cases are {', '.join(truth)}")
+    same_keys(got, truth, "case", "'ON', 'OFF' or None")
     for case, (verdict, line) in truth.items():
-        if case not in got:
-            raise CheckFailed(f"{case!r} is missing: give 'ON', 'OFF' or None for every case")
         if got[case] != verdict:
             said = "None (not checked)" if got[case] is None else got[case]
             real = "not checked at all" if verdict is None else f"{verdict} (ORT logs: '{line}')"
