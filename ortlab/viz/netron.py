@@ -7,6 +7,7 @@ A served view lives only as long as its kernel; a stored notebook (or one read o
 code-hosting site) shows the static picture of `ortlab.viz.picture` instead.
 """
 import atexit
+import base64
 import hashlib
 import html
 import re
@@ -56,9 +57,13 @@ class NetronView:
         return f"NetronView('{self.name}' served on {HOST})"
 
     def _repr_html_(self):
-        svg = picture.to_svg(self.model, self.name)
+        # The picture is an <img> of the SVG, not inline SVG: JupyterLab's sanitizer keeps an image in a
+        # notebook it does not trust (a fresh clone's), and strips inline SVG and the iframe.
+        svg = base64.b64encode(picture.to_svg(self.model, self.name).encode()).decode()
+        alt = html.escape(f"the graph {self.name}: a static picture")
         return (f'<div style="display:flex;gap:8px;align-items:flex-start">'
-                f'<div style="max-height:{self.height}px;overflow:auto;flex:0 0 auto">{svg}</div>'
+                f'<div style="max-height:{self.height}px;overflow:auto;flex:0 0 auto">'
+                f'<img src="data:image/svg+xml;base64,{svg}" alt="{alt}"></div>'
                 f'<iframe src="{html.escape(self.url)}" width="100%" height="{self.height}" '
                 f'title="Netron: {html.escape(self.name)}" style="border:1px solid #ccc"></iframe></div>')
 

@@ -158,7 +158,25 @@ def test_readme_lab_command_opens_the_welcome_notebook(browser, jupyterlab):
     # the learner's copy in the workspace, made by the launcher (the notebooks as shipped stay untouched)
     assert "/lab/tree/work/notebooks/00_welcome.ipynb" in browser.current_url, browser.current_url
     assert any(h.replace("¶", "").strip() == heading for h in shown), shown
+    _stored_graph_picture_shows(browser, "00_welcome")
+    browser.get(browser.current_url.replace("00_welcome", "L1_05_gradient_graph_building"))
+    _stored_graph_picture_shows(browser, "L1_05_gradient_graph_building")
     _learner_saves_an_answer_and_grades_it(browser, root)
+
+
+def _stored_graph_picture_shows(browser, stem):
+    """A fresh clone's notebook is not trusted, so JupyterLab sanitizes its stored HTML (no inline SVG, no
+    iframe): viz.show's stored picture must still be drawn, from its stored output, before any cell runs."""
+    find = ("const img = Array.from(document.querySelectorAll('.jp-OutputArea-output img'))"
+            ".find(i => (i.alt || '').includes('static picture'));"
+            "if (!img) return null; img.scrollIntoView({block: 'center'});"
+            "return img.complete && img.naturalWidth > 0 ? [img.naturalWidth, img.naturalHeight] : null;")
+    width, height = wait_for(lambda: browser.execute_script(find), timeout=120,
+                             what=f"{stem}'s stored graph picture to be drawn")
+    assert width >= 100 and height >= 100, (width, height)
+    iframes = browser.execute_script("return document.querySelectorAll('.jp-OutputArea-output iframe').length")
+    assert iframes == 0  # untrusted: the live view was stripped, so this is the stored picture alone
+    screenshot(browser, f"untrusted_graph_picture_{stem}.png")
 
 
 def _learner_saves_an_answer_and_grades_it(browser, root):
