@@ -15,6 +15,9 @@ Nothing here plans or allocates: each view reads a Plan (ortlab.memory.plan) or 
     freelist_table(plan)              each freelist reuse, and how long the buffer sat idle before it
     live_bytes(plan) / plot_live_bytes({label: plan})   bytes of planned buffers live at each program counter
     chunk_table(arena) / snapshot(arena) / plot_arena(snapshots)   the arena's chunks, as text or bars
+    passthrough_model()               a graph whose com.microsoft PassThrough declares VariadicAlias(0, 0) in ORT
+    with_training_declarations(node)  ORT's CPU declarations plus PassThrough's VariadicAlias(0, 0)
+    readable(table)                   the same Table with its integers printed with thousands separators
 """
 import numpy as np
 import onnx
@@ -25,6 +28,7 @@ from ortlab.memory.bfc_arena import bin_num_for_size
 from ortlab.memory.ort_arena_log import (  # noqa: F401 (ORT's log readers, read here by the notebook)
     arena_growth, arena_lines, arena_requests, log_message, ort_first_run_log, unresolved_indices)
 from ortlab.ops.kernel_declarations import ort_declaration
+from ortlab.ops.kernel_def import KernelDef
 from ortlab.viz import Table
 
 KIB = 1024
@@ -255,6 +259,53 @@ def kind_counts(plan):
         count, planned = kinds.get(v.kind, (0, 0))
         kinds[v.kind] = (count + 1, planned + int(v.planned))
     return Table(("kind", "values", "in the pattern"), [(k, *kinds[k]) for k in sorted(kinds)])
+
+
+def readable(table):
+    """`table` with every integer cell written with thousands separators (7806208 -> '7,806,208'), as
+    the prose quotes byte counts; other cells as they are."""
+    def cell(c):
+        return f"{c:,}" if isinstance(c, (int, np.integer)) and not isinstance(c, (bool, np.bool_)) else c
+    return Table(table.header, [tuple(cell(c) for c in row) for row in table.rows])
+
+
+# --- VariadicAlias: one declaration for a variadic op's outputs ------------------------------------
+# ORT 1.19.2's KernelDefBuilder::VariadicAlias(input_offset, output_offset)
+# (include/onnxruntime/core/framework/kernel_def_builder.h): output i + output_offset IS input
+# i + input_offset, for every i >= 0. The CPU kernel of com.microsoft PassThrough declares VariadicAlias(0, 0)
+# (orttraining/orttraining/training_ops/cpu/controlflow/group.cc) and checks at run time that each output has
+# its input's data pointer; PlannerImpl::FindReusableInput (allocation_planner.cc) honours it after Alias and
+# before MayInplace. ortlab.ops.kernel_declarations lists ORT's CPU Alias/MayInplace kernels only, so the planner
+# gives PassThrough's outputs buffers of their own unless told.
+VARIADIC_ALIAS_KERNELS = {("com.microsoft", "PassThrough"): (0, 0)}
+
+
+def with_training_declarations(node):
+    """ortlab.ops.kernel_declarations' ORT CPU declaration for `node`, plus the VariadicAlias of the training
+    kernels in VARIADIC_ALIAS_KERNELS (PassThrough): a `declarations=` function for ortlab.memory.plan."""
+    offsets = VARIADIC_ALIAS_KERNELS.get((node.domain, node.op_type))
+    if offsets is None:
+        return ort_declaration(node)
+    return KernelDef(node.op_type, node.domain, variadic_alias=offsets)
+
+
+def passthrough_model():
+    """x: float [n, 8] (n symbolic) -> a = Exp(x), b = Neg(x) -> (a2, b2) = com.microsoft PassThrough(a, b)
+    -> s = Add(a2, b2) -> y = Exp(s). PassThrough copies nothing: with VariadicAlias(0, 0) its outputs are its
+    inputs' buffers (a2 is a, b2 is b). Shapes of a2, b2, s are given as value_info (ONNX shape inference does
+    not know the com.microsoft op)."""
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Exp", ["x"], ["a"], name="exp_a"), helper.make_node("Neg", ["x"], ["b"], name="neg_b"),
+             helper.make_node("PassThrough", ["a", "b"], ["a2", "b2"], name="pass", domain="com.microsoft"),
+             helper.make_node("Add", ["a2", "b2"], ["s"], name="add"),
+             helper.make_node("Exp", ["s"], ["y"], name="exp_out")]
+    graph = helper.make_graph(nodes, "passthrough", [helper.make_tensor_value_info("x", f, ["n", 8])],
+                              [helper.make_tensor_value_info("y", f, None)],
+                              value_info=[helper.make_tensor_value_info(v, f, ["n", 8]) for v in ("a2", "b2", "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return model
 
 
 # --- the arena -------------------------------------------------------------------------------------
