@@ -9,6 +9,9 @@ OrtModuleGraphBuilder, ...) come from orttraining/orttraining/python/orttraining
     trace_capi()                  a `with` block recording the calls into onnxruntime's Python layer and
                                   into its pybind11 module (a CapiTrace: .names(), printed as a tree)
     layer_table(*objects)         the layers behind Python objects: class, file, the C++ class wrapped
+    ortvalue_table(value)         what an OrtValue's Python methods read off its C++ Tensor, and the call behind each
+    numpy_copy_table(value)       whether OrtValue.numpy() copies a CPU Tensor, read from addresses
+    cuda_value_to_host(array)     on a GPU: a CUDA OrtValue of `array`, copied to the host, and which path copied it
     pybind_methods(obj)           the methods pybind11 gives a C object (`sess._sess`)
     gradient_table(ours, theirs)  max |ORT - torch| per parameter, printed against a bound
     memory_pattern_table(...)     the forward output before and after run_backward, pattern off and on
@@ -17,6 +20,7 @@ OrtModuleGraphBuilder, ...) come from orttraining/orttraining/python/orttraining
     refusal(fn, *args)            the error a call raises, as a learner reads it
     build_failure(source)         a broken extension's build error, kept after the first (slow) build
     plot_gelu_grad_times(rows)    the picture of cpp_extension.time_gelu_grad's rows
+    speed_ratios(rows)            the C++ kernel against numpy and ORT at the largest timed size, as a line
 """
 import contextlib
 import inspect
@@ -304,6 +308,84 @@ def memory_pattern_table(module, *args):
     return Table.from_dicts(rows)
 
 
+# --- OrtValue and its Tensor ------------------------------------------------------------------------------
+# What each method of C.OrtValue runs in C++ (onnxruntime/python/onnxruntime_pybind_ortvalue.cc, ORT 1.19.2):
+# every one reaches the Tensor through OrtValue::Get<Tensor>() or GetMutable<Tensor>()
+# (include/onnxruntime/core/framework/ort_value.h), which Python cannot call itself.
+ORTVALUE_CPP = {
+    "data_ptr": "GetMutable<Tensor>()->MutableDataRaw()",
+    "device_name": "GetDeviceName(Get<Tensor>().Location().device)",
+    "shape": "Get<Tensor>().Shape().GetDims()",
+    "data_type": "Get<Tensor>().GetElementType(), as a type string",
+    "element_type": "GetTensorProtoType(*ort_value): the Tensor's ONNX element type",
+    "numpy": "GetPyObjFromTensor(Get<Tensor>(), ...): a numpy array of the Tensor",
+}
+
+
+def _shown(name, result):
+    if name == "data_ptr":
+        return f"an int: the Tensor's data address ({type(result).__name__})"
+    if name == "element_type":
+        return f"{result} (onnx.TensorProto.{_tensor_proto_name(result)})"
+    if name == "numpy":
+        return f"numpy.ndarray {result.dtype} {list(result.shape)}"
+    return repr(result)
+
+
+def _tensor_proto_name(number):
+    from onnx import TensorProto  # light: onnx is imported by ortlab already
+
+    return TensorProto.DataType.Name(number)
+
+
+def ortvalue_table(value):
+    """One row per method of an onnxruntime.OrtValue that reads its Tensor: the Python call, what it returned
+    for `value`, and the C++ the pybind layer (onnxruntime_pybind_ortvalue.cc) runs for it. Addresses differ
+    from run to run, so data_ptr() shows its type only."""
+    rows = []
+    for name, cpp_call in ORTVALUE_CPP.items():
+        rows.append((f"value.{name}()", _shown(name, getattr(value, name)()), cpp_call))
+    return Table(("Python", "returned", "C++ in onnxruntime_pybind_ortvalue.cc"), rows)
+
+
+def numpy_copy_table(value):
+    """Does OrtValue.numpy() copy? For a CPU OrtValue, read from addresses: where numpy()'s array starts
+    against the Tensor's data_ptr(), whether two numpy() calls share memory, who owns it, and np.array() of
+    it (a copy, for contrast). In ORT 1.19.2 GetPyObjFromTensor wraps a CPU Tensor's
+    buffer; a CUDA Tensor, in a CUDA build of ORT, it copies to the host."""
+    if value.device_name().lower() != "cpu":
+        raise PybindViewError(f"numpy_copy_table reads a CPU OrtValue, not one on {value.device_name()!r}: "
+                              f"use cuda_value_to_host() for a CUDA one")
+    first, second = value.numpy(), value.numpy()
+    copied = np.array(value.numpy())
+    rows = [("value.numpy() starts at value.data_ptr()", first.ctypes.data == value.data_ptr()),
+            ("two numpy() calls share memory", bool(np.shares_memory(first, second))),
+            ("numpy()'s array owns its memory", bool(first.flags.owndata)),
+            ("what keeps the buffer alive (the array's base)", type(first.base).__name__),
+            ("np.array(value.numpy()) starts at value.data_ptr()", copied.ctypes.data == value.data_ptr())]
+    return Table(("question", "answer"), rows)
+
+
+def cuda_value_to_host(array):
+    """On a machine with a CUDA GPU and torch: a CUDA OrtValue holding `array`, copied back to the host.
+    Returns (host numpy array, the OrtValue, which path made and copied it). A CUDA build of ORT makes the
+    value with ortvalue_from_numpy(array, "cuda", 0) and copies with numpy() (GetPyObjFromTensor with the CUDA
+    device-to-host copy); the CPU build this lab pins has no CUDA copy, so there the value wraps a torch CUDA
+    tensor through DLPack (C.OrtValue.from_dlpack) and torch copies it to the host (tensor.cpu())."""
+    import torch
+
+    ort = quiet_import("onnxruntime")
+    if not torch.cuda.is_available():
+        raise PybindViewError("cuda_value_to_host needs a CUDA GPU (torch.cuda.is_available() is False)")
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), "cuda", 0)
+        return value.numpy(), value, "ORT's CUDA build: OrtValue.numpy() copied device to host"
+    on_gpu = torch.from_numpy(np.ascontiguousarray(array)).cuda()
+    value = ort.OrtValue(_capi().OrtValue.from_dlpack(on_gpu.__dlpack__(), False))
+    host = torch.from_dlpack(value._ortvalue).cpu().numpy()  # the OrtValue's device memory, copied by torch
+    return host, value, "ORT's CPU build (no CUDA copy in numpy()): DLPack to torch, then tensor.cpu()"
+
+
 # --- our own pybind11 extension ----------------------------------------------------------------------------
 def gelu_grad_inputs(n=4096, seed=0):
     """float32 (dy, x) for GeluGrad checks: x spread over [-12, 12] with the edge cases 0, -0, tiny, big."""
@@ -412,3 +494,13 @@ def plot_gelu_grad_times(rows):
     axes.legend()
     figure.tight_layout()
     plt.show()
+
+
+def speed_ratios(rows):
+    """At the largest size of cpp_extension.time_gelu_grad's rows: how many times faster our C++ kernel is than
+    numpy, and ORT's kernel than ours (below 1: ours is faster), as one line."""
+    if not rows:
+        raise PybindViewError("no timing rows: pass cpp_extension.time_gelu_grad()'s result")
+    last = max(rows, key=lambda r: r["size"])
+    return (f"at {last['size']:,} elements: C++ {last['numpy_us'] / last['cpp_us']:.1f}x faster than numpy; "
+            f"ORT {last['cpp_us'] / last['ort_us']:.1f}x faster than our C++")
