@@ -6,6 +6,8 @@
   of debugger commands instead of a keyboard (what `%debug` does in a notebook).
 - `kernel_breakpoints(commands)`: a `breakpoint()` inside a Triton kernel, which stops in every program
   when Triton's interpreter runs the kernel as Python on the CPU.
+- `ort_plan_dump(model)`: what ORT itself prints of its allocation plan at log severity VERBOSE, and
+  whether its shared library holds the text of the plan dump at all.
 Paths print relative to the repository and line numbers as N, so that a stored output survives edits.
 """
 import ast
@@ -343,3 +345,41 @@ def stop_report(stop):
     lines.append(f"debugpy listened on: {sorted({address for _, address in stop.listeners})}")
     lines.append(f"the program printed: {stop.output.strip()}")
     return re.sub(r"(\.py):\d+", r"\1:N", "\n".join(lines))
+
+
+
+# --- ORT's own plan dump: asked for, and what comes back --------------------------------------------------
+
+PLAN_HEADER = "Allocation Plan:"  # the first line allocation_planner.cc's operator<< writes for a plan
+
+
+@dataclasses.dataclass
+class OrtPlanDump:
+    """What ORT printed of its plan while creating one session at log severity VERBOSE (0)."""
+    log_lines: int          # lines the session logged
+    plan_lines: list        # lines of a plan dump (PLAN_HEADER, or 'Execution Plan'): none in 1.19.2
+    planner_lines: list     # every line logged from allocation_planner.cc
+    library: str            # ORT's shared library (its file name)
+    header_in_library: bool  # whether the library holds PLAN_HEADER's bytes at all
+
+
+def ort_plan_dump(model, providers=("CPUExecutionProvider",)):
+    """Ask ORT for its own dump of the allocation plan, the release build's way: a session created at log
+    severity VERBOSE, its log searched for the dump and for every line of the planner
+    (`core/framework/allocation_planner.cc`), and ORT's shared library searched for the dump's header.
+
+    The dump exists in ORT's source as `operator<<` on a (SequentialExecutionPlan*, SessionState*) pair in
+    allocation_planner.cc; its one caller, in `core/framework/session_state.cc` (FinalizeSessionStateImpl,
+    after SequentialPlanner::CreatePlan), is a commented-out `LOGS(logger_, VERBOSE)` line. Nothing calls it,
+    so the linker drops it and no log level brings it back.
+    """
+    import onnxruntime.capi.onnxruntime_pybind11_state as pybind_state
+
+    from ortlab import session
+
+    log = session.initialization_log(model, severity=0, providers=list(providers))
+    plan_lines = [line for line in log if PLAN_HEADER in line or "Execution Plan" in line]
+    planner_lines = [line for line in log if "allocation_planner.cc" in line]
+    library = Path(pybind_state.__file__)
+    return OrtPlanDump(len(log), plan_lines, planner_lines, library.name,
+                       PLAN_HEADER.encode() in library.read_bytes())
