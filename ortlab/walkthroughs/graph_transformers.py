@@ -1,11 +1,18 @@
 """Small hand-built models holding one pattern each, in a variant that should fuse and ones that must not;
-and ortlab's optimizer next to ORT's on the same model (op counts, outputs), for L1_01.
+and ortlab's optimizer next to ORT's on the same model (op counts, outputs), for L1_01. Also: CSE and constant
+folding walked node by node (cse_steps, folding_steps), ORT with one transformer alone (ort_only), and the
+graphs ORT's two transformer lists make, the InferenceSession's and ORTModule's pre-training one
+(inference_vs_training, ort_pre_gradient_graph).
 
 Used by the notebook, lab02 and the tests; every model is float32 with a fixed seed, and
 `feeds(model)` makes inputs for it. Each builder takes keyword switches that break the
 pattern the way real graphs do (a shared intermediate, another axis, another constant).
 """
+import tempfile
+from pathlib import Path
+
 import numpy as np
+import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ortlab import session
@@ -225,3 +232,188 @@ def levels_table():
               (cls.__doc__ or "").strip().splitlines()[0]) for level, cls, eps in registry.in_ort_order()]
     rows.sort(key=lambda r: r[0])
     return Table(("level", "name", "kind", "EPs", "rewrite"), rows)
+
+
+# CSE and constant folding step by step, ORT with one transformer, and ORT's two transformer lists.
+
+def cse_model():
+    """Relu(x) twice, Exp of each, and Softmax(x) over axis 0 and over axis 1, summed in pairs: value
+    numbering finds the second Relu, then (only because of that) the second Exp, and keeps both Softmax
+    nodes (same op and input, different attribute)."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu_1"),
+             helper.make_node("Relu", ["x"], ["b"], name="relu_2"),
+             helper.make_node("Exp", ["a"], ["ea"], name="exp_1"), helper.make_node("Exp", ["b"], ["eb"], name="exp_2"),
+             helper.make_node("Softmax", ["x"], ["s0"], name="softmax_axis0", axis=0),
+             helper.make_node("Softmax", ["x"], ["s1"], name="softmax_axis1", axis=1),
+             helper.make_node("Add", ["ea", "eb"], ["y"], name="add_exps"),
+             helper.make_node("Add", ["s0", "s1"], ["z"], name="add_softmaxes")]
+    return _model(nodes, [_in("x", [2, 3])], [_out("y"), _out("z")])
+
+
+def cse_steps(model):
+    """CommonSubexpressionElimination's walk as a Table, one row per node in topological order
+    (onnxruntime/core/optimizer/common_subexpression_elimination.cc): a node's key is its op, its
+    attributes and the value numbers of its inputs; a key seen before means the same value, so the node
+    goes and its readers read the first node's output, whose number its own outputs take."""
+    from ortlab.ir import Graph
+    from ortlab.transformers.constant_folding import NON_DETERMINISTIC
+
+    graph = Graph.from_model(model)
+    graph.resolve()
+    number, seen, rows = {}, {}, []
+    for node in graph.topological_order():
+        inputs = tuple(number.get(n, n) for n in node.input_names)
+        attrs = ", ".join(f"{k}={node.attribute(k)}" for k in sorted(node.attribute_protos))
+        key = (node.op_type, node.domain, inputs, attrs)
+        shown = f"{node.op_type}({', '.join(inputs)}{'; ' + attrs if attrs else ''})"
+        first = seen.setdefault(key, node)
+        if first is node or node.op_type in NON_DETERMINISTIC or any(o in graph.outputs for o in node.output_names):
+            number.update({o: o for o in node.output_names})
+            verdict = "new value" if first is node else f"same key as {first.name}, kept: it is not deterministic " \
+                "or it produces a graph output"
+            rows.append((node.name, shown, ", ".join(node.output_names), verdict))
+            continue
+        number.update({mine: number[theirs] for mine, theirs in zip(node.output_names, first.output_names)})
+        rows.append((node.name, shown, ", ".join(number[o] for o in node.output_names),
+                     f"same key as {first.name}: removed, its readers read {', '.join(first.output_names)}"))
+    return Table(("node", "key (inputs by value number)", "value", "CSE"), rows)
+
+
+def folding_model():
+    """y = Reshape(MatMul(x, Transpose(W)) + Neg(b * 2), Shape(that sum)) for x [2, 4]: three nodes read
+    only initializers (the Neg only once the Mul is folded), one Shape reads a value whose shape is known."""
+    nodes = [helper.make_node("Transpose", ["W"], ["Wt"], name="transpose_W", perm=[1, 0]),
+             helper.make_node("Mul", ["b", "two"], ["b2"], name="mul_b"),
+             helper.make_node("Neg", ["b2"], ["nb"], name="neg_b2"),
+             helper.make_node("MatMul", ["x", "Wt"], ["h"], name="matmul"),
+             helper.make_node("Add", ["h", "nb"], ["y0"], name="add_bias"),
+             helper.make_node("Shape", ["y0"], ["s"], name="shape"),
+             helper.make_node("Reshape", ["y0", "s"], ["y"], name="reshape")]
+    inits = [("W", _rand(3, 4, seed=12)), ("b", _rand(3, seed=13)), ("two", np.array(2.0, np.float32))]
+    return _model(nodes, [_in("x", [2, 4])], [_out("y")], inits)
+
+
+def folding_steps(model, excluded=()):
+    """ConstantFolding's walk as a Table, one row per node in topological order
+    (onnxruntime/core/optimizer/constant_folding.cc): a node whose inputs are all constant initializers
+    (not graph inputs, not `excluded`, the weights to train) is computed once and its outputs become
+    initializers, so a later node reading them can fold too; a Shape folds when its input's shape is
+    known. Uses ortlab's ConstantFolding.fold for each decision."""
+    from ortlab.ir import Graph
+    from ortlab.transformers import graph_utils as gu
+    from ortlab.transformers.constant_folding import ConstantFolding
+
+    folding = ConstantFolding(excluded)
+    graph = Graph.from_model(model)
+    graph.resolve()
+    rows = []
+    for node in graph.topological_order():
+        values = folding.fold(graph, node)
+        if values is None:
+            blocker = next((n for n in node.input_names if n and gu.constant(graph, n, folding.excluded) is None), "")
+            why = ("a weight to train" if blocker in folding.excluded else
+                   "a graph input" if blocker in graph.inputs else "computed at run time")
+            rows.append((node.name, f"{node.op_type}({', '.join(node.input_names)})", f"kept: reads {blocker}, {why}"))
+            continue
+        graph.remove_node(node)
+        for name, value in zip(node.output_names, values):
+            graph.add_initializer(name, value)
+        how = "its input's shape is known" if node.op_type == "Shape" else "all inputs constant"
+        rows.append((node.name, f"{node.op_type}({', '.join(node.input_names)})",
+                     f"folded ({how}): {', '.join(_shown(n, v) for n, v in zip(node.output_names, values))}"))
+    return Table(("node", "reads", "ConstantFolding"), rows)
+
+
+def _shown(name, value):
+    """`name = [values]` for a few numbers (2 decimals), `name: dtype[shape]` for more."""
+    value = np.asarray(value)
+    if value.size > 4:
+        return f"{name}: {value.dtype}{list(value.shape)}"
+    shown = value.tolist() if value.dtype.kind in "iub" else np.round(value.astype(np.float64), 2).tolist()
+    return f"{name} = {shown}"
+
+
+def ort_only(model, transformer, level="basic"):
+    """The graph ORT makes of `model` with one of its transformers switched on at `level` (CPU EP): the
+    session's verbose log names every transformer it runs there, and the rest are passed to
+    InferenceSession(disabled_optimizers=...), ORT's FilterEnabledOptimizers
+    (onnxruntime/core/session/inference_session.h)."""
+    ran = {line.split("GraphTransformer ")[1].split(" modified")[0]
+           for line in session.grep(session.initialization_log(model, level=level, providers=["CPUExecutionProvider"]),
+                                    "GraphTransformer ")}
+    if transformer not in ran:
+        raise ValueError(f"ORT runs no transformer named {transformer!r} at level {level!r}; it runs {sorted(ran)}")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "optimized.onnx"
+        options = session.session_options(level, optimized_model_filepath=str(path))
+        session.ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"],
+                             disabled_optimizers=sorted(ran - {transformer}))
+        return onnx.load(str(path))
+
+
+def node_lines(model):
+    """Each node of a model as `Op(inputs) -> outputs`, in the model's order."""
+    return [f"{op_name(n.op_type, n.domain)}({', '.join(n.input)}) -> {', '.join(n.output)}" for n in model.graph.node]
+
+
+def beside(**models):
+    """A Table with one column per model (keyword = column title), one node per row (node_lines)."""
+    columns = [node_lines(m) for m in models.values()]
+    rows = [tuple(c[i] if i < len(c) else "" for c in columns) for i in range(max(map(len, columns)))]
+    return Table(tuple(models), rows)
+
+
+def training_model():
+    """Gelu(MatMul(x, Transpose(W)) + bias), the Erf form torch exports, for x [2, 3, 4] and W [5, 4] as
+    torch's Linear stores it: one graph on which ORT's inference list and its pre-training list differ."""
+    nodes = [helper.make_node("Transpose", ["W"], ["Wt"], name="transpose_W", perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "Wt"], ["h"], name="matmul"),
+             helper.make_node("Add", ["h", "bias"], ["pre"], name="add_bias"),
+             helper.make_node("Div", ["pre", "sqrt2"], ["s"], name="gelu_div"),
+             helper.make_node("Erf", ["s"], ["e"], name="gelu_erf"),
+             helper.make_node("Add", ["e", "one"], ["e1"], name="gelu_add"),
+             helper.make_node("Mul", ["pre", "e1"], ["pe"], name="gelu_mul"),
+             helper.make_node("Mul", ["pe", "half"], ["y"], name="gelu_half")]
+    inits = [("W", _rand(5, 4, seed=14)), ("bias", _rand(5, seed=15)), ("sqrt2", np.array(1.4142135, np.float32)),
+             ("one", np.array(1.0, np.float32)), ("half", np.array(0.5, np.float32))]
+    return _model(nodes, [_in("x", [2, 3, 4])], [_out("y")], inits)
+
+
+def ort_pre_gradient_graph(model, weights_to_train):
+    """The forward graph after ORT's pre-training transformers, as ORTModule's graph builder makes it
+    before it builds the gradient graph: OrtModuleGraphBuilder (orttraining/orttraining/core/framework/
+    ortmodule_graph_builder.cc, OptimizeInferenceGraph) registers GeneratePreTrainingTransformers'
+    list (orttraining/orttraining/core/optimizer/graph_transformer_utils.cc), with `weights_to_train`
+    as the names to keep trainable, into a GraphTransformerManager of its own and applies it. The builder
+    runs them only on its way to the gradient graph, so this builds that too and returns its forward part
+    (get_forward_model)."""
+    from ortlab.ortmodule.training_agent import _capi, builder_config
+
+    C = _capi()
+    config = builder_config([i.name for i in model.graph.input], list(weights_to_train))
+    builder = C.OrtModuleGraphBuilder()
+    builder.initialize(model.SerializeToString(), config)
+    builder.build(C.TrainingGraphTransformerConfiguration())
+    return onnx.load_from_string(builder.get_forward_model())
+
+
+def inference_vs_training(model, weights_to_train):
+    """A Table: the graph each of ORT's two transformer lists makes of `model` (the InferenceSession's at
+    basic and extended, CPU EP; the pre-training list of ORTModule's graph builder), and ortlab's
+    optimize(level) and optimize_for_training beside each; one row per list, the ops in graph order."""
+    from ortlab.transformers.pre_training import optimize_for_training
+
+    def ops(m):
+        return ", ".join(op_name(n.op_type, n.domain) for n in m.graph.node)
+
+    rows = [("InferenceSession, basic (GenerateTransformers, level 1)",
+             ops(session.optimized_model(model, "basic", providers=["CPUExecutionProvider"])),
+             ops(optimize(model, level=1, providers=["CPUExecutionProvider"]))),
+            ("InferenceSession, extended (levels 1 and 2)",
+             ops(session.optimized_model(model, "extended", providers=["CPUExecutionProvider"])),
+             ops(optimize(model, level=2, providers=["CPUExecutionProvider"]))),
+            (f"ORTModule's graph builder, before the gradient (GeneratePreTrainingTransformers, "
+             f"{', '.join(weights_to_train)} to train)",
+             ops(ort_pre_gradient_graph(model, weights_to_train)),
+             ops(optimize_for_training(model, list(weights_to_train))[0]))]
+    return Table(("transformer list", "ORT's graph", "ortlab's graph"), rows)
