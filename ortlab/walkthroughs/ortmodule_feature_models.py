@@ -4,14 +4,17 @@
     HalfGradTanhNet            Linear -> HalfGradTanh (or plain tanh) -> Linear -> cross-entropy
     CheckpointedBert           TinyBert with each block under torch.utils.checkpoint.checkpoint
     MaskedBert                 TinyBert whose attention adds a mask before Softmax (HF-BERT style)
+    FirstTokenClassifier       a per-token MLP whose loss reads one position of the sequence (BERT's CLS head)
     sparse_label_batches       TinyGPT batches whose labels are ignore_index at a chosen density
     padded_id_batches          TinyGPT batches whose input ids are right-padded with padding_idx
 
 Each one is built so that one ORT pass has something to act on: the custom Function becomes a
 PythonOp (ortmodule/_custom_autograd_function_exporter.py), the checkpoint a CheckpointFunction
 PythonOp or a recompute plan (ortmodule/__init__.py's _override_gradient_checkpoint), the masked
-attention matches ortmodule/graph_optimizers/_aten_attn.py's patterns, and the padding feeds the
-sparsity hooks of ortmodule/_graph_transition_manager.py.
+attention matches ortmodule/graph_optimizers/_aten_attn.py's patterns, the padding feeds the
+sparsity hooks of ortmodule/_graph_transition_manager.py, and the classifier's one-position slice
+is what the compute optimizer's UpStreamGatherGraphTransformer moves upstream
+(onnxruntime/core/optimizer/compute_optimizer/upstream_gather.h).
 """
 import math
 
@@ -125,6 +128,33 @@ class MaskedBert(TinyBert):
                 masked = MaskedAttention(d_model, plain.heads, plain.dropout.p, self.max_len)
                 masked.load_state_dict(plain.state_dict())
                 block.attn = masked
+
+
+class FirstTokenClassifier(nn.Module):
+    """x [batch, seq, d_in] -> Linear -> GELU -> Linear -> logits of position 0 only -> cross-entropy.
+
+    Every position goes through both Linear layers, and the loss reads one of them (h[:, 0], a Gather
+    on the sequence axis): seq - 1 of every seq rows of the matrix products are wasted. ORT's compute
+    optimizer moves the Gather above the matmuls, so they run on one row per sequence.
+    """
+
+    input_names = ("x", "labels")
+
+    @seeded
+    def __init__(self, d_in=16, d_hidden=64, classes=4):
+        super().__init__()
+        self.d_in, self.classes = d_in, classes
+        self.a, self.b = nn.Linear(d_in, d_hidden), nn.Linear(d_hidden, classes)
+
+    def forward(self, x, labels):
+        logits = self.b(nn.functional.gelu(self.a(x)))
+        return nn.functional.cross_entropy(logits[:, 0, :], labels)
+
+    def example_inputs(self, batch=4, seq=32, seed=0):
+        """(x [batch, seq, d_in], labels [batch]) drawn from a generator seeded with `seed`."""
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(batch, seq, self.d_in, generator=g)
+        return x, torch.randint(0, self.classes, (batch,), generator=g)
 
 
 def _check_fraction(value, name, low_open=True):

@@ -1,6 +1,7 @@
 """L1_07's helpers, sections 4-6 of the ORTModule training guidelines' features: what ORT does with a
 model's inputs (label sparsity, embedding sparsity) and efficient attention, each against PyTorch, with
 compare_feature(name) over every section. The runs and FeatureComparison are in ortmodule_optimizations.
+L0_02's reprocess_checks: which inputs need a gradient, the GraphTransitionManager's second check.
 """
 import copy
 import inspect
@@ -15,6 +16,7 @@ from onnx import TensorProto, helper
 
 from ortlab.capture import captured_lines
 from ortlab.env import quiet_import
+from ortlab.patch import patched
 from ortlab.models import TinyGPT, WithLossModule
 from ortlab.walkthroughs import ortmodule_feature_models as fm
 from ortlab.ortmodule.driver import captured_logs
@@ -22,7 +24,8 @@ from ortlab.walkthroughs.ortmodule_optimizations import (check_densities, check_
                                                          run_with_variables, checkpointing, custom_autograd,
                                                          FeatureComparison,
                                                          FeatureError, GPU_ATTENTION_COMMAND, GPU_EMBEDDING_COMMAND,
-                                                         mem_efficient_grad, recompute, torch_losses)
+                                                         mem_efficient_grad, recompute, torch_losses,
+                                                         compute_optimizer)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,8 +343,72 @@ def efficient_attention(steps=1):
 
 
 # ---------------------------------------------------------------------------------------------
+# L0_02: the re-post-export check (onnxruntime PR #19007)
 
-FEATURES = {"recompute": recompute, "mem_efficient_grad": mem_efficient_grad,
+# call: (the first weight trainable, x requires grad)
+REPROCESS_CALLS = {"first call": (True, False), "the same call again": (True, False),
+                   "x.requires_grad_(True)": (True, True), "first weight frozen, x plain": (False, False)}
+
+
+def reprocess_checks(module, batch, policies=("SKIP_CHECK_DISABLED", None)):
+    """Four training steps of ORTModule(`module`) on `batch` (x, labels), REPROCESS_CALLS in order, under each
+    ORTMODULE_SKIPCHECK_POLICY of `policies` (None: the default fast path). Per call: what the
+    GraphTransitionManager's two checks returned (ortmodule/_graph_transition_manager.py, ORT 1.19.2:
+    _export_check, whether the input schema changed; _reprocess_check, whether the graph inputs that need
+    a gradient changed, which rebuilds the post-export model and the gradient graph without exporting),
+    'skipped' where the fast path ran neither, how many gradient graphs were built, and which inputs got a
+    gradient. Returns a viz.Table; both checks are wrapped, not changed."""
+    quiet_import("onnxruntime.training.ortmodule")
+    from onnxruntime.training.ortmodule import _graph_execution_manager as gem  # heavy: ORTModule
+    from onnxruntime.training.ortmodule._graph_transition_manager import GraphTransitionManager as gtm
+
+    from ortlab.ortmodule.driver import ortmodule, ortmodule_env
+    from ortlab.viz import Table
+
+    said = {}
+
+    def recorded(key, check):
+        def wrapper(*args, **kwargs):
+            result = check(*args, **kwargs)
+            said[key] = result if isinstance(result, bool) else result[0]
+            return result
+        return staticmethod(wrapper)
+
+    build = gem.GraphExecutionManager._initialize_graph_builder
+
+    def counted(self, *args, **kwargs):
+        said["graph builds"] = said.get("graph builds", 0) + 1
+        return build(self, *args, **kwargs)
+
+    rows = []
+    x, labels = batch
+    with patched(gtm, "_export_check", recorded("export", gtm._export_check)), \
+            patched(gtm, "_reprocess_check", recorded("reprocess", gtm._reprocess_check)), \
+            patched(gem.GraphExecutionManager, "_initialize_graph_builder", counted):
+        for policy in policies:
+            variables = {"SKIPCHECK_POLICY": policy} if policy else {}
+            with ortmodule_env(**variables), captured_logs():
+                model = ortmodule(copy.deepcopy(module), "WARNING", False)
+            first = next(model.parameters())
+            for call, (trainable, x_grad) in REPROCESS_CALLS.items():
+                first.requires_grad_(trainable)
+                inputs = x.clone().requires_grad_(x_grad)
+                said.clear()
+                model.zero_grad(set_to_none=True)
+                with captured_logs():
+                    model(inputs, labels).backward()
+                got = sum(p.grad is not None for p in model.parameters())
+                rows.append((policy or "default (fast path)", call, said.get("export", "skipped"),
+                             said.get("reprocess", "-" if said.get("export") else "skipped"),
+                             said.get("graph builds", 0),
+                             f"{got} parameters" + (" + x" if inputs.grad is not None else "")))
+    return Table(("ORTMODULE_SKIPCHECK_POLICY", "call", "_export_check", "_reprocess_check",
+                  "gradient graphs built", "gradients received"), rows)
+
+
+# ---------------------------------------------------------------------------------------------
+
+FEATURES = {"compute_optimizer": compute_optimizer, "recompute": recompute, "mem_efficient_grad": mem_efficient_grad,
             "custom_autograd": custom_autograd, "checkpointing": checkpointing,
             "label_sparsity": label_sparsity, "sparsity_switches": sparsity_switches,
             "embedding_sparsity": embedding_sparsity, "efficient_attention": efficient_attention}

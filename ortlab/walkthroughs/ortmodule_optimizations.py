@@ -389,3 +389,79 @@ def checkpointing(steps=2, layers=2):
                              f"torch.utils.checkpoint around each of {layers} TinyBert blocks",
                              torch_losses(reentrant, batches, steps), runs, "MEMORY_OPT_LEVEL=1",
                              {"default": error}, graphs, facts, notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# The compute optimizer: FLOP reduction by moving a slice upstream
+
+
+def value_shapes(model, feeds):
+    """{value name: shape} of every node output of `model` (a forward graph), read by running it in an
+    onnxruntime InferenceSession (CPU) with each of them made a graph output."""
+    ort = quiet_import("onnxruntime")
+    import onnx  # heavy: protobuf
+
+    probe = copy.deepcopy(model)
+    declared = {o.name for o in probe.graph.output}
+    for node in probe.graph.node:
+        for name in node.output:
+            if name and name not in declared:
+                probe.graph.output.append(onnx.ValueInfoProto(name=name))
+                declared.add(name)
+    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    wanted = {i.name for i in session.get_inputs()}
+    names = [o.name for o in session.get_outputs()]
+    values = session.run(names, {k: v for k, v in feeds.items() if k in wanted})
+    return {name: list(v.shape) for name, v in zip(names, values)}
+
+
+def matmul_work(model, feeds):
+    """One row per MatMul / Gemm of a forward graph, in graph order: (node, shape of its first input,
+    shape of its output, FLOPs = 2·(output elements)·K, K the contracted size), from value_shapes."""
+    shapes = value_shapes(model, feeds)
+    shapes.update({k: list(v.shape) for k, v in feeds.items()})
+    rows = []
+    for node in model.graph.node:
+        if node.op_type not in ("MatMul", "Gemm"):
+            continue
+        a, out = shapes[node.input[0]], shapes[node.output[0]]
+        trans_a = any(at.name == "transA" and at.i for at in node.attribute)
+        k = a[-2] if trans_a else a[-1]
+        elements = 1
+        for d in out:
+            elements *= d
+        rows.append((f"{node.op_type} {node.name}", a, out, 2 * elements * k))
+    return rows
+
+
+def _feeds(module, batch):
+    """An ORTModule forward graph's feeds: the batch by input name, the parameters by ORT's names."""
+    feeds = {name: t.numpy() for name, t in zip(module.input_names, batch)}
+    feeds.update({f"_original_module.{n}": p.detach().numpy() for n, p in module.named_parameters()})
+    return feeds
+
+
+def compute_optimizer(steps=2, batch=4, seq=32):
+    """ORTMODULE_ENABLE_COMPUTE_OPTIMIZER=1 (the default) and =0 on feature_models.FirstTokenClassifier,
+    whose loss reads position 0 of the sequence (a Gather after two Linear layers). With the optimizer on,
+    ORT's UpStreamGatherGraphTransformer (onnxruntime/core/optimizer/compute_optimizer/upstream_gather.h)
+    moves the Gather above the matmuls in the forward graph ORT differentiates (the *_optimized_pre_grad
+    dump): facts['forward ops'] {label: op types in order}, facts['matmuls'] {label: matmul_work rows on
+    that graph, for the first batch}, facts['flops'] {label: their sum}. The losses stay PyTorch's.
+    ORT 1.19.2 needs label_sparsity_hook_fix to export with the optimizer off (ortmodule.train applies it)."""
+    steps = check_steps(steps)
+    module = fm.FirstTokenClassifier()
+    batches = [module.example_inputs(batch=batch, seq=seq, seed=s) for s in range(steps)]
+    runs = {f"COMPUTE_OPTIMIZER={v}": run_with_variables(module, batches, steps, ENABLE_COMPUTE_OPTIMIZER=v)
+            for v in (0, 1)}
+    forward = {label: run.graphs()["optimized_pre_grad"] for label, run in runs.items()}
+    feeds = _feeds(module, batches[0])
+    matmuls = {label: matmul_work(g, feeds) for label, g in forward.items()}
+    facts = {"forward ops": {k: [n.op_type for n in g.graph.node] for k, g in forward.items()},
+             "matmuls": matmuls, "flops": {k: sum(r[-1] for r in rows) for k, rows in matmuls.items()}}
+    off, on = facts["flops"].values()
+    notes = [f"the forward's matmuls: {off:,} FLOPs with the optimizer off, {on:,} with it on "
+             f"({off // on}x fewer: one row of {seq} per sequence)"]
+    return FeatureComparison("compute_optimizer", "ORTMODULE_ENABLE_COMPUTE_OPTIMIZER on FirstTokenClassifier",
+                             torch_losses(module, batches, steps), runs, "COMPUTE_OPTIMIZER=1", {},
+                             execution_graphs(runs), facts, notes)

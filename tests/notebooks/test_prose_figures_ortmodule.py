@@ -73,8 +73,58 @@ def _log_level_printed():
     return {(d, v): (int(n), shown) for d, v, n, shown in printed}
 
 
+def test_l0_02_says_the_log_level_variable_overrides_only_the_info_lines_it_printed():
+    printed = _log_level_printed()
+    prose = _source(_cell(L0_02, "L0_02_ortmodule-09c"))
+    assert "wins both ways" not in prose
+    counts = re.search(r"\((\d+) lines where `DebugOptions` asks for INFO, (\d+) where it asks for WARNING\)", prose)
+    shown = re.search(r"printed: (yes|no) with `DebugOptions` INFO, (yes|no) with WARNING", prose)
+    assert counts and shown, "L0_02's sentence on ORTMODULE_LOG_LEVEL no longer quotes the counts it is pinned to"
+    assert printed[("INFO", "WARNING")] == (int(counts.group(1)), shown.group(1))
+    assert printed[("WARNING", "INFO")] == (int(counts.group(2)), shown.group(2))
+    # "partial": the variable decides the INFO lines (none where it says WARNING, some where it says INFO)...
+    assert printed[("INFO", "WARNING")][0] == 0 < printed[("WARNING", "INFO")][0]
+    # ...and the exporter's graph follows DebugOptions
+    assert (printed[("INFO", "WARNING")][1], printed[("WARNING", "INFO")][1]) == ("yes", "no")
+
+
+def test_l0_02s_pointer_to_l1_07_names_what_l1_07_executed():
+    prose = _source(_cell(L0_02, "L0_02_ortmodule-09c"))
+    lowercase = re.search(r"a lowercase `(\w+)` raises `KeyError`", prose)
+    assert lowercase, "L0_02 no longer says which lowercase value raises KeyError"
+    l1_07 = _cells(L1_07)
+    assert "L1_07 · ORTModule beyond the basics" in _source(l1_07[0]), "L0_02 points to L1_07 by its title"
+    table = next(_output(c) for c in l1_07 if "lg.env_level_table" in _source(c))
+    assert f"KeyError: '{lowercase.group(1)}'" in table
+    header = re.split(r" {2,}", table.splitlines()[0].strip())
+    column = {name: k for k, name in enumerate(header)}
+    rows = [re.split(r" {2,}", line.strip()) for line in table.splitlines()[2:]]
+    partial = [r for r in rows if r[:2] == ["INFO", "WARNING"]]
+    assert partial, "L1_07's table lost its DebugOptions INFO / ORTMODULE_LOG_LEVEL=WARNING row"
+    assert partial[0][column["ORTModule INFO"]] == "0" and partial[0][column["exporter graph"]] != "0"
+
+
 # ---------------------------------------------------------------------------------------------
 # L0_02: the re-post-export check
+
+
+def test_l0_02_reprocess_check_prose_matches_its_table():
+    table = _output(_cell(L0_02, "L0_02_ortmodule-51"))
+    rows = [re.split(r" {2,}", line.strip()) for line in table.splitlines()[2:] if line.strip()]
+    by = {(r[0], r[1]): r[2:] for r in rows}
+    every, fast = "SKIP_CHECK_DISABLED", "default (fast path)"
+    prose = _source(_cell(L0_02, "L0_02_ortmodule-52"))
+    # "x.requires_grad_(True) keeps the export (_export_check False) and rebuilds the gradient graph
+    # (_reprocess_check True), and x gets its gradient"
+    export, reprocess, builds, received = by[(every, "x.requires_grad_(True)")]
+    assert "`_export_check` False" in prose and "`_reprocess_check` True" in prose
+    assert (export, reprocess, int(builds)) == ("False", "True", 1) and received.endswith("+ x")
+    assert by[(every, "first weight frozen, x plain")][1] == "True"  # "freezing a weight rebuilds it again"
+    # "On the fast path neither check runs ... x.grad stays None"
+    assert "neither check runs" in prose
+    later = [v for (policy, call), v in by.items() if policy == fast and call != "first call"]
+    assert later and all(v[:2] == ["skipped", "skipped"] and v[2] == "0" for v in later)
+    assert not by[(fast, "x.requires_grad_(True)")][3].endswith("+ x")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,3 +175,49 @@ def _two_matmuls():
              helper.make_node("MatMul", ["g", "v"], ["y"], name="second")]
     graph = helper.make_graph(nodes, "g", [x], [y], [w, v, index])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_value_shapes_and_matmul_work_read_the_shapes_a_graph_runs_on():
+    from ortlab.walkthroughs import ortmodule_optimizations as of
+
+    model = _two_matmuls()
+    feeds = {"x": np.zeros((2, 5, 3), np.float32)}
+    assert of.value_shapes(model, feeds) == {"y": [2, 6], "h": [2, 5, 4], "g": [2, 4]}
+    assert of.matmul_work(model, feeds) == [("MatMul first", [2, 5, 3], [2, 5, 4], 2 * 40 * 3),
+                                            ("MatMul second", [2, 4], [2, 6], 2 * 12 * 4)]
+
+
+def test_first_token_classifier_reads_position_zero_only():
+    import torch
+
+    from ortlab.walkthroughs.ortmodule_feature_models import FirstTokenClassifier
+
+    model = FirstTokenClassifier()
+    x, labels = model.example_inputs(batch=3, seq=7)
+    assert x.shape == (3, 7, 16) and labels.shape == (3,)
+    changed = x.clone()
+    changed[:, 1:] = torch.randn(3, 6, 16)
+    assert torch.equal(model(x, labels), model(changed, labels))
+    assert not torch.equal(model(x, labels), model(x[:, [1, 0]], labels))
+
+
+def test_compute_optimizer_moves_the_gather_above_the_matmuls_and_keeps_the_losses():
+    from ortlab.walkthroughs import ortmodule_optimizations as of
+
+    co = of.compute_optimizer(steps=1, batch=2, seq=8)
+    assert co.losses_equal() and co.losses_equal("COMPUTE_OPTIMIZER=0")
+    assert co.facts["forward ops"]["COMPUTE_OPTIMIZER=1"][0] == "Gather"
+    assert co.facts["flops"]["COMPUTE_OPTIMIZER=0"] == 8 * co.facts["flops"]["COMPUTE_OPTIMIZER=1"]
+
+
+def test_reprocess_checks_see_a_new_input_needing_a_gradient_only_with_every_check_on():
+    from ortlab import models
+    from ortlab.walkthroughs import ortmodule_input_features as oi
+
+    mlp = models.get("mlp", dropout=0.0)
+    table = oi.reprocess_checks(mlp, mlp.example_inputs())
+    rows = {(r[0], r[1]): r[2:] for r in table.rows}
+    assert rows[("SKIP_CHECK_DISABLED", "the same call again")][:3] == (False, False, 0)
+    assert rows[("SKIP_CHECK_DISABLED", "x.requires_grad_(True)")] == (False, True, 1, "4 parameters + x")
+    assert rows[("SKIP_CHECK_DISABLED", "first weight frozen, x plain")] == (False, True, 1, "3 parameters")
+    assert rows[("default (fast path)", "x.requires_grad_(True)")] == ("skipped", "skipped", 0, "4 parameters")
