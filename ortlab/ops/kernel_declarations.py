@@ -1,4 +1,4 @@
-"""What ORT 1.19.2's CPU kernels declare to the allocation planner: Alias and MayInplace.
+"""What ORT 1.19.2's CPU kernels declare to the allocation planner: Alias, VariadicAlias and MayInplace.
 
 The one table of these declarations, in the one KernelDef shape (ortlab/ops/kernel_def.py): the
 allocation planner reads it by default, and ortlab.engine's CPU EP gives its kernels the same ones
@@ -13,6 +13,8 @@ Mirrors (KernelDefBuilder().Alias / .MayInplace in):
   cpu/math/element_wise_ops.cc (Add, Sub, Mul, Div, Pow, Neg, Sqrt, Exp, Sum, ...), cpu/nn/dropout_op.cc
   (Dropout 12+), cpu/math/gemm.cc, orttraining/training_ops/cpu/op_gradients.cc (ReluGrad,
   SoftmaxGrad_13), .../cpu/nn/dropout_op.cc (DropoutGrad), .../cpu/math/scale.cc (Scale).
+  VariadicAlias(0, 0): com.microsoft PassThrough, orttraining/orttraining/training_ops/cpu/controlflow/group.cc
+  (its Compute fails unless each output is its input's buffer).
 """
 from ortlab.onnx_defs import opset_of
 from ortlab.ops.kernel_def import KernelDef
@@ -30,6 +32,7 @@ ORT_CPU_KERNEL_DECLARATIONS = {
     **{(ONNX, op): [(1, None, _INPLACE_00)] for op in ("Elu", "HardSigmoid", "LeakyRelu", "Relu", "Selu",
                                                         "Sigmoid", "Softplus", "Softsign", "Tanh",
                                                         "ThresholdedRelu", "Cast")},
+    (MS, "PassThrough"): [(1, None, {"variadic_alias": (0, 0)})],
 }
 
 

@@ -16,7 +16,7 @@ Nothing here plans or allocates: each view reads a Plan (ortlab.memory.plan) or 
     live_bytes(plan) / plot_live_bytes({label: plan})   bytes of planned buffers live at each program counter
     chunk_table(arena) / snapshot(arena) / plot_arena(snapshots)   the arena's chunks, as text or bars
     passthrough_model()               a graph whose com.microsoft PassThrough declares VariadicAlias(0, 0) in ORT
-    with_training_declarations(node)  ORT's CPU declarations plus PassThrough's VariadicAlias(0, 0)
+    without_declaration(op_type)      ORT's CPU declarations with one op's taken away (declarations=)
     readable(table)                   the same Table with its integers printed with thousands separators
 """
 import numpy as np
@@ -269,24 +269,12 @@ def readable(table):
     return Table(table.header, [tuple(cell(c) for c in row) for row in table.rows])
 
 
-# --- VariadicAlias: one declaration for a variadic op's outputs ------------------------------------
-# ORT 1.19.2's KernelDefBuilder::VariadicAlias(input_offset, output_offset)
-# (include/onnxruntime/core/framework/kernel_def_builder.h): output i + output_offset IS input
-# i + input_offset, for every i >= 0. The CPU kernel of com.microsoft PassThrough declares VariadicAlias(0, 0)
-# (orttraining/orttraining/training_ops/cpu/controlflow/group.cc) and checks at run time that each output has
-# its input's data pointer; PlannerImpl::FindReusableInput (allocation_planner.cc) honours it after Alias and
-# before MayInplace. ortlab.ops.kernel_declarations lists ORT's CPU Alias/MayInplace kernels only, so the planner
-# gives PassThrough's outputs buffers of their own unless told.
-VARIADIC_ALIAS_KERNELS = {("com.microsoft", "PassThrough"): (0, 0)}
-
-
-def with_training_declarations(node):
-    """ortlab.ops.kernel_declarations' ORT CPU declaration for `node`, plus the VariadicAlias of the training
-    kernels in VARIADIC_ALIAS_KERNELS (PassThrough): a `declarations=` function for ortlab.memory.plan."""
-    offsets = VARIADIC_ALIAS_KERNELS.get((node.domain, node.op_type))
-    if offsets is None:
-        return ort_declaration(node)
-    return KernelDef(node.op_type, node.domain, variadic_alias=offsets)
+def without_declaration(op_type):
+    """A `declarations=` function for ortlab.memory.plan: ORT's CPU declarations (ort_declaration), except that
+    nodes of `op_type` declare nothing, to see what the planner would do if that kernel made no promise."""
+    def declare(node):
+        return KernelDef(node.op_type, node.domain) if node.op_type == op_type else ort_declaration(node)
+    return declare
 
 
 def passthrough_model():
