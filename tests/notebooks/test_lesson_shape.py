@@ -27,8 +27,7 @@ HISTORY = re.compile(r"when this notebook was|\bthe seed(?:'s)? (?:says|question
                      r"|an earlier gradient graph", re.IGNORECASE)
 # Walkthroughs whose story is still longer than STORY_WORDS (strict xfail: shortening one makes its test
 # pass, and then it must leave this list).
-STORY_TOO_LONG = {"L1_07_ortmodule_optimizations",
-                  "L2_03_distributed_training"}
+STORY_TOO_LONG = {"L2_03_distributed_training"}
 
 
 def _cells(path):

@@ -158,6 +158,31 @@ def test_d_02_prints_both_facts_it_checks_and_its_prose_quotes_the_node_counts()
 # L1_07: the compute optimizer's FLOP reduction
 
 
+def test_l1_07_flop_figures_are_the_tables_and_the_table_follows_its_shapes():
+    table = _output(_cell(L1_07, "L1_07_ortmodule_optimizations-co4"))
+    flops = {}
+    for line in table.splitlines()[2:]:
+        row = re.match(r"(\S+)\s+(MatMul \S+)\s+(\[[\d, ]+\])\s+(\[[\d, ]+\])\s+([\d,]+)$", line.strip())
+        assert row, f"unreadable row of L1_07's matmul table: {line!r}"
+        label, _, first, out = row.group(1), row.group(2), json.loads(row.group(3)), json.loads(row.group(4))
+        assert int(row.group(5).replace(",", "")) == 2 * int(np.prod(out)) * first[-1]  # 2 · outputs · K
+        flops[label] = flops.get(label, 0) + int(row.group(5).replace(",", ""))
+    prose = _source(_cell(L1_07, "L1_07_ortmodule_optimizations-co5"))
+    quoted = re.search(r"do ([\d,]+) FLOPs with the optimizer off and ([\d,]+) with it on: (\d+) times fewer, "
+                       r"one row of the (\d+) per sequence", prose)
+    assert quoted, "L1_07's sentence on the FLOPs no longer quotes them"
+    off, on = (int(quoted.group(k).replace(",", "")) for k in (1, 2))
+    assert (off, on) == (flops["COMPUTE_OPTIMIZER=0"], flops["COMPUTE_OPTIMIZER=1"])
+    assert off // on == int(quoted.group(3)) == int(quoted.group(4))
+    printed = _output(_cell(L1_07, "L1_07_ortmodule_optimizations-co2"))
+    assert f"{off:,} FLOPs with the optimizer off, {on:,} with it on" in printed
+    on_ops = re.search(r"^COMPUTE_OPTIMIZER=1: (.+)$", printed, re.MULTILINE).group(1).split(" -> ")
+    off_ops = re.search(r"^COMPUTE_OPTIMIZER=0: (.+)$", printed, re.MULTILINE).group(1).split(" -> ")
+    assert on_ops[0] == "Gather" and off_ops.index("Gather") > off_ops.index("MatMul")  # "the Gather comes first"
+    changes = _output(_cell(L1_07, "L1_07_ortmodule_optimizations-co6"))
+    assert "GatherGrad" in prose and re.search(r"com\.microsoft:GatherGrad\s+1\s+0\s+disappears", changes)
+
+
 # ---------------------------------------------------------------------------------------------
 # The helpers behind these sections
 
