@@ -27,7 +27,7 @@ HISTORY = re.compile(r"when this notebook was|\bthe seed(?:'s)? (?:says|question
                      r"|an earlier gradient graph", re.IGNORECASE)
 # Walkthroughs whose story is still longer than STORY_WORDS (strict xfail: shortening one makes its test
 # pass, and then it must leave this list).
-STORY_TOO_LONG = {"L2_03_distributed_training"}
+STORY_TOO_LONG = set()
 
 
 def _cells(path):
@@ -127,3 +127,12 @@ def test_a_stored_notebook_was_executed_whole_top_to_bottom(path):
     assert counts == list(range(1, len(counts) + 1)), (
         f"{path.name}: execution counts {counts} are not 1, 2, 3, ...: re-execute it whole "
         f"(make execute NOTEBOOKS={path.relative_to(ROOT)})")
+
+
+@pytest.mark.parametrize("path", WALKTHROUGHS, ids=lambda p: p.stem)
+def test_a_walkthrough_leaves_its_netron_views_live(path):
+    """The servers stop with the kernel (ortlab.viz stops them at exit); a cell that stops them makes "Run All"
+    end with every live view refusing connections."""
+    stopping = [i for i, c in enumerate(_cells(path))
+                if c["cell_type"] == "code" and "stop_all(" in "".join(c["source"])]
+    assert not stopping, f"{path.name} cells {stopping} stop the Netron views: leave them to the kernel's end"
