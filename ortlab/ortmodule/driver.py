@@ -9,6 +9,7 @@ C++ core straight to file descriptors 1 and 2; `captured_logs` collects both.
 import ast
 import contextlib
 import copy
+import gc
 import re
 import tempfile
 import time
@@ -356,10 +357,15 @@ def log_levels(module, batch, levels=LOG_LEVELS):
     rows = []
     for level in levels:
         try:
-            log = train(copy.deepcopy(module), [batch], 1, log_level=level, save_onnx=False).log
+            run = train(copy.deepcopy(module), [batch], 1, log_level=level, save_onnx=False)
         except OrtModuleError as exc:
             rows.append((level, *[""] * len(LINE_KINDS), str(exc)))
             continue
+        log = run.log
+        with captured_logs():  # at VERBOSE an ORT worker thread logs when it first runs, maybe after train's
+            run.model = None   # capture on a busy machine: the sessions' thread pools end (joined) in here,
+            gc.collect()       # and ORT's default logger goes back to WARNING, its default, for any late one
+            quiet_import("onnxruntime").set_default_logger_severity(2)
         seen = {kind: sum(marker in line for line in log) for kind, marker in LINE_KINDS.items()}
         rows.append((level, *(seen[k] if k in COUNTED else ("yes" if seen[k] else "no") for k in LINE_KINDS), ""))
     return Table(("log level", *LINE_KINDS, "error"), rows)
