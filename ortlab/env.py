@@ -52,6 +52,12 @@ def quiet_import(name):
         return importlib.import_module(name)
 
 
+def capi():
+    """onnxruntime's C++ binding module, `onnxruntime.capi._pybind_state` (built from
+    onnxruntime/python/onnxruntime_pybind_state.cc), imported quietly: the classes the Python layer wraps."""
+    return quiet_import("onnxruntime.capi._pybind_state")
+
+
 def has_training_build():
     """True when `onnxruntime.training` (ORTModule, the training API) can be imported."""
     try:

@@ -25,7 +25,7 @@ import torch
 from onnx import helper
 from torch.utils.dlpack import from_dlpack, to_dlpack
 
-from ortlab.env import quiet_import
+from ortlab.env import capi, quiet_import
 from ortlab.errors import OrtlabError
 from ortlab.training.graph_transition_manager import GraphTransitionManager, input_names
 from ortlab.training.io import flatten_inputs
@@ -40,10 +40,6 @@ GRAPH_INFO_FIELDS = ("user_input_names", "initializer_names", "initializer_names
 
 class TrainingAgentError(OrtlabError):
     """The graph builder or the TrainingAgent was used out of order or given what it cannot take."""
-
-
-def _capi():
-    return quiet_import("onnxruntime.capi._pybind_state")
 
 
 @dataclass
@@ -66,21 +62,21 @@ def builder_config(input_names, names_to_train, input_names_require_grad=()):
     inputs (user inputs, parameters and buffers, after the post-export processing),
     `initializer_names_to_train` those needing a gradient, `input_names_require_grad` the user inputs
     among them."""
-    config = _capi().OrtModuleGraphBuilderConfiguration()
+    config = capi().OrtModuleGraphBuilderConfiguration()
     config.initializer_names = list(input_names)
     config.initializer_names_to_train = list(names_to_train)
     config.input_names_require_grad = list(input_names_require_grad)
     config.build_gradient_graph = True
     config.enable_caching = False
     config.use_memory_efficient_gradient = False
-    config.loglevel = _capi().Severity.ERROR  # onnxruntime::logging::Severity
+    config.loglevel = capi().Severity.ERROR  # onnxruntime::logging::Severity
     return config
 
 
 def build_graphs(model, names_to_train, input_names_require_grad=()):
     """Build the forward and training graphs of `model` (its parameters are graph inputs) with ORT's
     OrtModuleGraphBuilder; returns AgentGraphs."""
-    C = _capi()
+    C = capi()
     if not isinstance(model, onnx.ModelProto):
         raise TrainingAgentError(f"build_graphs takes an onnx.ModelProto (parameters as graph inputs, as "
                                  f"ORTModule exports them), not {type(model).__name__}")
@@ -115,7 +111,7 @@ def session_options(mem_pattern=False, mem_reuse=False):
 
 def _ortvalues(tensors):
     """An OrtValueVector sharing the tensors' memory (dlpack), as ORTModule builds its feeds."""
-    vector = _capi().OrtValueVector()
+    vector = capi().OrtValueVector()
     vector.reserve(len(tensors))
     for tensor in tensors:
         tensor = tensor.detach().contiguous()
@@ -150,7 +146,7 @@ class ModuleTrainingAgent:
     """
 
     def __init__(self, module, *example_args, providers=("CPUExecutionProvider",), sess_options=None):
-        C, ort = _capi(), quiet_import("onnxruntime")
+        C, ort = capi(), quiet_import("onnxruntime")
         if not isinstance(module, torch.nn.Module):
             raise TrainingAgentError(f"ModuleTrainingAgent takes a torch.nn.Module, not {type(module).__name__}")
         self.module = module
@@ -214,7 +210,7 @@ class ModuleTrainingAgent:
 
     def forward(self, *args):
         """TrainingAgent.run_forward: the module's outputs (torch tensors) and the state to resume."""
-        C = _capi()
+        C = capi()
         state, fetches = C.PartialGraphExecutionState(), C.OrtValueVector()
         self.agent.run_forward(_ortvalues(self._feeds(args)), fetches, state, None)
         return ForwardRun(_tensors(fetches), state)
@@ -229,7 +225,7 @@ class ModuleTrainingAgent:
             raise TrainingAgentError("this forward run was already resumed; its state is spent (ORTModule "
                                      "deletes it after backward): run forward again")
         grads = self._output_grads(run.outputs, grad_outputs)
-        fetches = _capi().OrtValueVector()
+        fetches = capi().OrtValueVector()
         self.agent.run_backward(_ortvalues(grads), fetches, run.state)
         run.used = True
         return {self.gradient_of[name]: grad for name, grad in zip(self.fetch_names, _tensors(fetches))}

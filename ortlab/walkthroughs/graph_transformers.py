@@ -16,9 +16,15 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ortlab import session
+from ortlab.env import capi
+from ortlab.ir import Graph
 from ortlab.onnx_defs import make_model, op_counts, op_name  # noqa: F401 (op_counts: the labs read it here)
+from ortlab.ortmodule.training_agent import builder_config
+from ortlab.transformers import graph_utils as gu
 from ortlab.transformers import registry
+from ortlab.transformers.constant_folding import NON_DETERMINISTIC, ConstantFolding
 from ortlab.transformers.manager import optimize
+from ortlab.transformers.pre_training import optimize_for_training
 from ortlab.viz import Table
 
 F = TensorProto.FLOAT
@@ -255,9 +261,6 @@ def cse_steps(model):
     (onnxruntime/core/optimizer/common_subexpression_elimination.cc): a node's key is its op, its
     attributes and the value numbers of its inputs; a key seen before means the same value, so the node
     goes and its readers read the first node's output, whose number its own outputs take."""
-    from ortlab.ir import Graph
-    from ortlab.transformers.constant_folding import NON_DETERMINISTIC
-
     graph = Graph.from_model(model)
     graph.resolve()
     number, seen, rows = {}, {}, []
@@ -299,10 +302,6 @@ def folding_steps(model, excluded=()):
     (not graph inputs, not `excluded`, the weights to train) is computed once and its outputs become
     initializers, so a later node reading them can fold too; a Shape folds when its input's shape is
     known. Uses ortlab's ConstantFolding.fold for each decision."""
-    from ortlab.ir import Graph
-    from ortlab.transformers import graph_utils as gu
-    from ortlab.transformers.constant_folding import ConstantFolding
-
     folding = ConstantFolding(excluded)
     graph = Graph.from_model(model)
     graph.resolve()
@@ -387,9 +386,7 @@ def ort_pre_gradient_graph(model, weights_to_train):
     as the names to keep trainable, into a GraphTransformerManager of its own and applies it. The builder
     runs them only on its way to the gradient graph, so this builds that too and returns its forward part
     (get_forward_model)."""
-    from ortlab.ortmodule.training_agent import _capi, builder_config
-
-    C = _capi()
+    C = capi()
     config = builder_config([i.name for i in model.graph.input], list(weights_to_train))
     builder = C.OrtModuleGraphBuilder()
     builder.initialize(model.SerializeToString(), config)
@@ -401,8 +398,6 @@ def inference_vs_training(model, weights_to_train):
     """A Table: the graph each of ORT's two transformer lists makes of `model` (the InferenceSession's at
     basic and extended, CPU EP; the pre-training list of ORTModule's graph builder), and ortlab's
     optimize(level) and optimize_for_training beside each; one row per list, the ops in graph order."""
-    from ortlab.transformers.pre_training import optimize_for_training
-
     def ops(m):
         return ", ".join(op_name(n.op_type, n.domain) for n in m.graph.node)
 

@@ -18,8 +18,9 @@ from ortlab.capture import captured_lines
 from ortlab.env import quiet_import
 from ortlab.patch import patched
 from ortlab.models import TinyGPT, WithLossModule
+from ortlab.viz import Table
 from ortlab.walkthroughs import ortmodule_feature_models as fm
-from ortlab.ortmodule.driver import captured_logs
+from ortlab.ortmodule.driver import captured_logs, ortmodule, ortmodule_env
 from ortlab.walkthroughs.ortmodule_optimizations import (check_densities, check_steps, count_ops, execution_graphs,
                                                          run_with_variables, checkpointing, custom_autograd,
                                                          FeatureComparison,
@@ -360,10 +361,7 @@ def reprocess_checks(module, batch, policies=("SKIP_CHECK_DISABLED", None)):
     gradient. Returns a viz.Table; both checks are wrapped, not changed."""
     quiet_import("onnxruntime.training.ortmodule")
     from onnxruntime.training.ortmodule import _graph_execution_manager as gem  # heavy: ORTModule
-    from onnxruntime.training.ortmodule._graph_transition_manager import GraphTransitionManager as gtm
-
-    from ortlab.ortmodule.driver import ortmodule, ortmodule_env
-    from ortlab.viz import Table
+    from onnxruntime.training.ortmodule._graph_transition_manager import GraphTransitionManager as gtm  # heavy
 
     said = {}
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ortlab.engine import cpp_extension as cpp
-from ortlab.env import quiet_import
+from ortlab.env import capi, quiet_import
 from ortlab.errors import OrtlabError
 from ortlab.onnx_defs import MS_DOMAIN
 from ortlab.ops.reference import gelu_grad_reference
@@ -73,10 +73,6 @@ C_OBJECT_ATTRIBUTES = ("_sess", "_iobinding", "_ortvalue")  # where the Python c
 
 class PybindViewError(OrtlabError):
     """A view was given something it cannot show."""
-
-
-def _capi():
-    return quiet_import("onnxruntime.capi._pybind_state")
 
 
 def _onnxruntime_dir():
@@ -127,7 +123,7 @@ class CapiTrace:
 def pybind_names():
     """{id(builtin function): 'C.Class.method' or 'C.function'} for everything the pybind module defines
     (a method's builtin is what sys.setprofile reports as a 'c_call')."""
-    C = _capi()
+    C = capi()
     names = {}
     for attr, value in vars(C).items():
         if type(value).__name__ == "builtin_function_or_method":
@@ -142,7 +138,7 @@ def pybind_names():
 
 def _pybind_classes():
     """The C module's classes whose constructor a trace can record (exceptions left out)."""
-    C = _capi()
+    C = capi()
     return [v for v in vars(C).values()
             if isinstance(v, type) and v.__module__ == PYBIND_MODULE and "__init__" in vars(v)
             and not issubclass(v, BaseException)]
@@ -372,7 +368,7 @@ def cuda_value_to_host(array):
     value with ortvalue_from_numpy(array, "cuda", 0) and copies with numpy() (GetPyObjFromTensor with the CUDA
     device-to-host copy); the CPU build this lab pins has no CUDA copy, so there the value wraps a torch CUDA
     tensor through DLPack (C.OrtValue.from_dlpack) and torch copies it to the host (tensor.cpu())."""
-    import torch
+    import torch  # heavy: torch, on the GPU path only
 
     ort = quiet_import("onnxruntime")
     if not torch.cuda.is_available():
@@ -381,7 +377,7 @@ def cuda_value_to_host(array):
         value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), "cuda", 0)
         return value.numpy(), value, "ORT's CUDA build: OrtValue.numpy() copied device to host"
     on_gpu = torch.from_numpy(np.ascontiguousarray(array)).cuda()
-    value = ort.OrtValue(_capi().OrtValue.from_dlpack(on_gpu.__dlpack__(), False))
+    value = ort.OrtValue(capi().OrtValue.from_dlpack(on_gpu.__dlpack__(), False))
     host = torch.from_dlpack(value._ortvalue).cpu().numpy()  # the OrtValue's device memory, copied by torch
     return host, value, "ORT's CPU build (no CUDA copy in numpy()): DLPack to torch, then tensor.cpu()"
 
