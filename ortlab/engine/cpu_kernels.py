@@ -16,6 +16,7 @@ import numpy as np
 from onnx import AttributeProto, TensorProto
 from onnx import _custom_element_types as custom
 from onnx.reference.op_run import OpRun
+from onnx.reference.ops.op_cast import Cast_19 as ReferenceCast19
 from onnx.reference.ops.op_constant import Constant_9 as ReferenceConstant9
 from onnx.reference.ops.op_constant import Constant_11 as ReferenceConstant11
 from onnx.reference.ops.op_constant import Constant_12 as ReferenceConstant12
@@ -88,6 +89,20 @@ def cast_to_string(x):
     return out
 
 
+def ort_cast(x, to, reference):
+    """x cast to TensorProto type `to` as ORT's Cast computes it (see OrtCastBase); `reference()` gives
+    onnx.reference's cast, kept where the two agree."""
+    if is_custom_dtype(x.dtype) or x.dtype.kind not in "biuf":
+        return reference()
+    if to == TensorProto.BFLOAT16:
+        return float_to_bfloat16(x)
+    if to == TensorProto.STRING:
+        return cast_to_string(x)
+    if to in FNUZ_TYPES and x.dtype.kind == "f":
+        return keep_fnuz_negative_underflow(x, reference())
+    return reference()
+
+
 class OrtCastBase(ReferenceKernel):
     """Cast as ORT computes it where onnx.reference differs, the reference elsewhere.
 
@@ -103,15 +118,7 @@ class OrtCastBase(ReferenceKernel):
 
     def compute(self, ctx):
         x, to = ctx.input(0), self.target(ctx)
-        if is_custom_dtype(x.dtype) or x.dtype.kind not in "biuf":
-            return super().compute(ctx)
-        if to == TensorProto.BFLOAT16:
-            return float_to_bfloat16(x)
-        if to == TensorProto.STRING:
-            return cast_to_string(x)
-        if to in FNUZ_TYPES and x.dtype.kind == "f":
-            return keep_fnuz_negative_underflow(x, super().compute(ctx)[0])
-        return super().compute(ctx)
+        return ort_cast(x, to, lambda: super(OrtCastBase, self).compute(ctx)[0])
 
 
 @register_op_kernel("Cast", provider=CPU, may_inplace=((0, 0),))  # cast_op.cc declares MayInplace(0, 0)
@@ -130,6 +137,18 @@ class OrtCastLike(OrtCastBase):
     def target(self, ctx):
         node = self.info.node
         return node.graph.node_arg(node.inputs[1].name).elem_type
+
+
+@override_reference_op("Cast", 1, 10**6)
+class SubgraphCast(ReferenceCast19):
+    """onnx.reference's Cast computing ORT's Cast (ort_cast): the Cast inside an If, Loop or Scan body, which
+    onnx.reference's evaluator runs (it truncated to bfloat16 there, silently, where ORT rounds to nearest even).
+    One class for every opset: the override is named Cast, so onnx.reference gives it the newest schema's
+    attributes (saturate, which only float8 targets, from opset 19, read).
+    ORT: onnxruntime/core/providers/cpu/tensor/cast_op.cc, the same kernel in every graph."""
+
+    def _run(self, x, to=None, saturate=None):
+        return (ort_cast(x, to, lambda: super(SubgraphCast, self)._run(x, to=to, saturate=saturate)[0]),)
 
 
 # --- Resize -----------------------------------------------------------------------------------
