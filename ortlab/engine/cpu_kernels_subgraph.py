@@ -1,5 +1,6 @@
 """ORT's CPU kernels for the ops that hold subgraphs, where onnx.reference's runs differ from ORT 1.19.2's:
-Loop's scan outputs stacked as onnxruntime/core/providers/cpu/controlflow/loop.cc does; Scan bodies given the
+Loop's scan outputs stacked as onnxruntime/core/providers/cpu/controlflow/loop.cc does, and a missing condition
+read as true, at the top level and inside other bodies; Scan bodies given the
 values of the graph around them that they read (controlflow/scan_9.cc feeds the node's implicit inputs); and
 SequenceMap bodies likewise (ORT inlines SequenceMap's function body, a Loop whose body reads them).
 Registered when ortlab.engine.inference_session imports this module, like the other cpu_kernels modules.
@@ -78,6 +79,12 @@ class OrtLoop(ReferenceKernel):
 
     def __init__(self, info):
         super().__init__(info, op_class=StackingLoop)
+
+
+# A Loop inside an If, Loop or Scan body too: onnx.reference's own Loop reads a missing condition (cond = "",
+# None there) as false and runs zero times, silently; ORT's as true (loop.cc, LoopImpl: no condition input is
+# 'no condition', the loop runs until the trip count).
+override_reference_op("Loop", 1, 10 ** 6)(StackingLoop)
 
 
 # --- Scan -------------------------------------------------------------------------------------
