@@ -169,3 +169,94 @@ def mismatch_check(rank, world_size):
     trace = collectives.CollectiveTrace()
     total = collectives.ring_all_reduce(torch.full((10,), float(rank + 1)), trace=trace)
     return {"errors": found, "after": total, "trace": trace.as_dict()}
+
+
+# --- ORT's LoadBalancingDistributedBatchSampler: tokens per rank and step, with and without it -----------
+
+def sample_lengths(n=32, low=4, high=128, seed=0):
+    """n sequence lengths in [low, high], as a dataset of variable-length samples has (numpy's legacy
+    RandomState, whose stream does not change between numpy versions)."""
+    import numpy as np
+
+    return [int(x) for x in np.random.RandomState(seed).randint(low, high + 1, size=n)]
+
+
+def step_tokens(lengths, world_size=2, batch_size=4, budget=None, seed=0):
+    """{sampler: [[tokens of rank r at step s for r in ranks] for s in steps]} for one epoch.
+
+    'torch DistributedSampler': torch's sampler (shuffled, `seed`) cut into batches of `batch_size`
+    samples (torch's BatchSampler), what a DataLoader does. 'ORT LoadBalancingDistributedBatchSampler':
+    ORT's real class (onnxruntime.training.utils.data, sampler.py) over ORT's LoadBalancingDistributedSampler
+    with the length as complexity, cutting each rank's samples into batches of at most `budget` tokens
+    (default: batch_size times the mean length, so both see about as many steps). A step's tokens on a
+    rank are the summed lengths of its batch. ORT's batch sampler pads every rank to the number of batches
+    of the rank with most by repeating batches; a rank that still has fewer batches idles (0).
+    """
+    from torch.utils.data import BatchSampler, DistributedSampler
+
+    from ortlab.ortmodule import distributed as ort
+
+    budget = budget or round(batch_size * sum(lengths) / len(lengths))
+    per_rank = {"torch DistributedSampler": [], "ORT LoadBalancingDistributedBatchSampler": []}
+    for rank in range(world_size):
+        torch_sampler = DistributedSampler(lengths, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+        per_rank["torch DistributedSampler"].append(list(BatchSampler(torch_sampler, batch_size, drop_last=False)))
+        sampler = ort.load_balancing_sampler(lengths, int, world_size=world_size, rank=rank, shuffle=True,
+                                             seed=seed)
+        batches = ort.load_balancing_batch_sampler(sampler, ort.token_budget_batches(lengths, budget))
+        per_rank["ORT LoadBalancingDistributedBatchSampler"].append(list(batches))
+    found = {}
+    for name, ranks in per_rank.items():
+        steps = max(len(batches) for batches in ranks)
+        found[name] = [[sum(lengths[i] for i in batches[s]) if s < len(batches) else 0 for batches in ranks]
+                       for s in range(steps)]
+    return found
+
+
+def balance_table(tokens):
+    """One row per sampler: steps, each rank's tokens over the epoch, the tokens of the slowest rank summed
+    over steps (what a synchronous step waits for) and the share of rank-steps spent waiting."""
+    from ortlab.viz import Table
+
+    rows = []
+    for name, steps in tokens.items():
+        world = len(steps[0])
+        slowest = sum(max(step) for step in steps)
+        idle = sum(max(step) - t for step in steps for t in step) / (slowest * world)
+        rows.append((name, len(steps), *(f"{sum(step[r] for step in steps):,}" for r in range(world)),
+                     f"{slowest:,}", f"{idle:.0%}"))
+    return Table(("sampler", "steps", *(f"rank {r} tokens" for r in range(len(steps[0]))),
+                  "slowest rank, summed over steps", "ranks waiting"), rows)
+
+
+# --- one launch for several sections' checks ----------------------------------------------------------------
+
+SECTION_CHECKS = ("collectives", "ddp", "tensor_parallel", "zero", "moe", "pipeline")
+
+
+def sections_job(rank, world_size, sections=SECTION_CHECKS):
+    """{section: that section's check on this rank}, the checks of L2_03's sections 1 to 6 run one after the
+    other in one process group, so that the ranks' start-up (a spawned Python importing torch, about 3 s on
+    2 cores) is paid once instead of once per section. Each check seeds itself and leaves the group as it
+    found it, so each result is the one its own launch returns."""
+    from ortlab.distributed import pipeline
+    from ortlab.distributed.checks import moe as moe_checks
+    from ortlab.distributed.checks import tensor_parallel as tp_checks
+    from ortlab.distributed.checks.zero import zero_check
+
+    checks = {"collectives": collective_checks.collectives_check, "ddp": ddp_checks.ddp_check,
+              "tensor_parallel": tp_checks.tp_check, "zero": zero_check, "moe": moe_checks.moe_check,
+              "pipeline": pipeline.pipeline_job}
+    unknown = [s for s in sections if s not in checks]
+    if unknown:
+        raise OrtlabError(f"no check for sections {unknown}; known: {list(checks)}")
+    found = {}
+    for section in sections:
+        found[section] = checks[section](rank, world_size)
+        dist.barrier()
+    return found
+
+
+def section(results, name):
+    """The per-rank results of one section out of a sections_job launch, in rank order."""
+    return [rank_results[name] for rank_results in results]
