@@ -86,7 +86,7 @@ def train_step(model, batch, optimizer, loss_fn=None, clip_norm=None, loss_scale
 
 
 def train(model, batches, optimizer, steps, loss_fn=None, clip_norm=None, loss_scale=1.0,
-          progress=True, desc="train", on_step=None, skip_non_finite=True, log_dir=None):
+          progress=True, desc="train", on_step=None, skip_non_finite=True, log_dir=None, redraw_every=0.1):
     """Train for `steps` steps of train_step and return a History.
 
     batches: a list of input tuples (cycled) or a function step -> tuple. Without loss_fn the
@@ -96,7 +96,9 @@ def train(model, batches, optimizer, steps, loss_fn=None, clip_norm=None, loss_s
     the update when a gradient is not finite (skip_non_finite=False steps anyway, as a plain
     loop does). on_step(step, history) is called after each step is recorded (to print, to
     change the learning rate, to look at the gradients). log_dir: a run folder (e.g. runs/lab08)
-    where each step's loss, lr and norm are also written for TensorBoard (tensorboard.py).
+    where each step's loss, lr and norm are also written for TensorBoard (tensorboard.py). redraw_every: the
+    progress bar redraws at most every this many seconds (tqdm's mininterval; 10 leaves a run of a few seconds
+    its first and last lines only, which a stored notebook shows as one).
     """
     check_arguments(model, batches, optimizer, steps, clip_norm, loss_scale)
     if on_step is not None and not callable(on_step):
@@ -105,7 +107,7 @@ def train(model, batches, optimizer, steps, loss_fn=None, clip_norm=None, loss_s
     writer = None
     if log_dir is not None:
         writer = tensorboard.open_writer(log_dir)
-    bar = tqdm(range(steps), desc=desc, disable=not progress, leave=True)
+    bar = tqdm(range(steps), desc=desc, disable=not progress, leave=True, mininterval=redraw_every)
     for step in bar:
         start = time.perf_counter()
         loss, norm, stepped = train_step(model, _batch(batches, step), optimizer, loss_fn, clip_norm, loss_scale,

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from ortlab.env import TRITON_INTERPRET, triton_mode  # first: it sets TRITON_INTERPRET before Triton loads
+from ortlab import session
 from ortlab.errors import OrtlabError
 from ortlab.patch import patched
 
@@ -373,9 +374,7 @@ def ort_plan_dump(model, providers=("CPUExecutionProvider",)):
     after SequentialPlanner::CreatePlan), is a commented-out `LOGS(logger_, VERBOSE)` line. Nothing calls it,
     so the linker drops it and no log level brings it back.
     """
-    import onnxruntime.capi.onnxruntime_pybind11_state as pybind_state
-
-    from ortlab import session
+    import onnxruntime.capi.onnxruntime_pybind11_state as pybind_state  # heavy: onnxruntime
 
     log = session.initialization_log(model, severity=0, providers=list(providers))
     plan_lines = [line for line in log if PLAN_HEADER in line or "Execution Plan" in line]

@@ -8,14 +8,20 @@ import os
 import sys
 import time
 
+import numpy as np
 import torch
 import torch.distributed as dist
+from torch.utils.data import BatchSampler, DistributedSampler
 
-from ortlab.distributed import collectives, data_parallel, moe
+from ortlab.distributed import collectives, data_parallel, moe, pipeline
 from ortlab.distributed.checks import collectives as collective_checks
 from ortlab.distributed.checks import data_parallel as ddp_checks
+from ortlab.distributed.checks import moe as moe_checks
+from ortlab.distributed.checks import tensor_parallel as tp_checks
+from ortlab.distributed.checks.zero import zero_check
 from ortlab.distributed.zero import zero
 from ortlab.errors import OrtlabError
+from ortlab.viz import Table
 
 LISTEN = "0A"  # TCP_LISTEN in the kernel's /proc/net/tcp "st" column (include/net/tcp_states.h)
 
@@ -176,8 +182,6 @@ def mismatch_check(rank, world_size):
 def sample_lengths(n=32, low=4, high=128, seed=0):
     """n sequence lengths in [low, high], as a dataset of variable-length samples has (numpy's legacy
     RandomState, whose stream does not change between numpy versions)."""
-    import numpy as np
-
     return [int(x) for x in np.random.RandomState(seed).randint(low, high + 1, size=n)]
 
 
@@ -192,9 +196,7 @@ def step_tokens(lengths, world_size=2, batch_size=4, budget=None, seed=0):
     rank are the summed lengths of its batch. ORT's batch sampler pads every rank to the number of batches
     of the rank with most by repeating batches; a rank that still has fewer batches idles (0).
     """
-    from torch.utils.data import BatchSampler, DistributedSampler
-
-    from ortlab.ortmodule import distributed as ort
+    from ortlab.ortmodule import distributed as ort  # heavy: onnxruntime.training; the ranks never need it
 
     budget = budget or round(batch_size * sum(lengths) / len(lengths))
     per_rank = {"torch DistributedSampler": [], "ORT LoadBalancingDistributedBatchSampler": []}
@@ -216,8 +218,6 @@ def step_tokens(lengths, world_size=2, batch_size=4, budget=None, seed=0):
 def balance_table(tokens):
     """One row per sampler: steps, each rank's tokens over the epoch, the tokens of the slowest rank summed
     over steps (what a synchronous step waits for) and the share of rank-steps spent waiting."""
-    from ortlab.viz import Table
-
     rows = []
     for name, steps in tokens.items():
         world = len(steps[0])
@@ -239,11 +239,6 @@ def sections_job(rank, world_size, sections=SECTION_CHECKS):
     other in one process group, so that the ranks' start-up (a spawned Python importing torch, about 3 s on
     2 cores) is paid once instead of once per section. Each check seeds itself and leaves the group as it
     found it, so each result is the one its own launch returns."""
-    from ortlab.distributed import pipeline
-    from ortlab.distributed.checks import moe as moe_checks
-    from ortlab.distributed.checks import tensor_parallel as tp_checks
-    from ortlab.distributed.checks.zero import zero_check
-
     checks = {"collectives": collective_checks.collectives_check, "ddp": ddp_checks.ddp_check,
               "tensor_parallel": tp_checks.tp_check, "zero": zero_check, "moe": moe_checks.moe_check,
               "pipeline": pipeline.pipeline_job}

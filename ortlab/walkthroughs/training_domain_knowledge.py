@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from torch.utils.flop_counter import FlopCounterMode
 
+from ortlab.training import curve_shape, train
 from ortlab.viz import Table
 
 ATTENTION = ("bmm",)           # q @ k.T, probs @ v and their gradients
@@ -64,8 +65,6 @@ def lr_range_test(make_model, make_optimizer, batches, lrs, steps=20, tail=5):
     the same model from the same weights, trained for a few steps at each lr. make_model() -> a fresh
     model, the same each time; make_optimizer(params, lr) -> its optimizer.
     """
-    from ortlab.training import curve_shape, train
-
     runs = []
     for lr in lrs:
         model = make_model()
@@ -96,7 +95,7 @@ def lr_table(runs):
 
 def plot_lr_range(runs, picked=None, title="learning-rate range test"):
     """Final loss against lr (log axis), the runs that are not 'decreasing' marked, the picked lr a line."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: matplotlib, for the plot only
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     finite = [r for r in runs if math.isfinite(r.final)]
@@ -113,34 +112,3 @@ def plot_lr_range(runs, picked=None, title="learning-rate range test"):
     ax.set_title(title)
     ax.legend()
     plt.show()
-
-
-# --- a progress bar that redraws seldom, so a stored notebook keeps one line of it ----------------------
-
-class progress_bar:
-    """A tqdm bar for `train(..., progress=False, on_step=bar)`: it shows the step count and the loss, and
-    redraws at most every `redraw_every` seconds (tqdm's `mininterval`), so that a run of a few seconds
-    leaves its first and last lines only (Jupyter draws them as one: the last overwrites the first).
-
-    with tdk.progress_bar(80) as bar:
-        history = train(model, batches, optimizer, 80, progress=False, on_step=bar)
-    """
-
-    def __init__(self, steps, desc="train", redraw_every=10.0, enabled=True):
-        self.steps, self.desc, self.redraw_every, self.enabled = steps, desc, redraw_every, enabled
-        self.bar = None
-
-    def __enter__(self):
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=self.steps, desc=self.desc, disable=not self.enabled, mininterval=self.redraw_every,
-                        leave=True)
-        return self
-
-    def __call__(self, step, history):
-        self.bar.set_postfix(loss=f"{history.losses[-1]:.4f}", refresh=False)
-        self.bar.update(1)
-
-    def __exit__(self, *exc):
-        self.bar.close()
-        return False
