@@ -17,7 +17,8 @@ on a CPU-only machine and read what the GPU would be handed:
     launch(kernel, grid, block, *args,          run it on numpy arrays, bounds-checked, deterministic,
            shared_bytes=0, warps="independent") in a worker process stopped after `timeout` s
     schedule_differences(kernel, grid, ...)     the arrays a race changes: between two barriers of a
-                                                block, or between two blocks (cpu.py)
+                                                block, or between two blocks, and lost updates (a
+                                                read-modify-write that no order shows) (cpu.py)
 
 Design of the CPU runner (cpu.py, cpu_cuda.h)
 ---------------------------------------------
@@ -40,7 +41,9 @@ around `__syncthreads()`.
   `__syncthreads()` or returns. A barrier is complete when every thread of the block has reached
   it; a thread that returns while others wait at a barrier is reported (a divergent barrier).
   Deterministic, so a result never depends on the run; running both orders on copies of the
-  inputs shows a race between two barriers as a difference between the results.
+  inputs shows a race between two barriers as a difference between the results, and the forward
+  run notes a thread that writes back what it read from a write nothing orders before the read (a
+  lost update on a GPU: `counter[0] += 1` by two blocks, which both orders count right).
 - Bounds: each pointer parameter is an `ortlab_cpu::ptr<T>` that knows its array's size; an index
   outside it stops the launch with the thread, block, parameter and index instead of corrupting
   memory. Every other access (through a pointer derived from a parameter, `o + 64`, `&o[0]`, a

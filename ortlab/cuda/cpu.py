@@ -37,9 +37,14 @@ allowed to do, what the CUDA programming guide has required since CUDA 9, and wh
 checks: a learner who copies warp-synchronous code from an old tutorial learns that it needs
 __syncwarp() (or shuffles), instead of seeing it pass here and fail on a future GPU or compiler.
 "lockstep" shows what that code computed on the GPUs it was written for.
+Lost updates. A read-modify-write of one element by threads that nothing orders (`counter[0] += 1`
+in two blocks, or in every lane of a warp) gives the same count in any order one thread after
+another, but loses updates when the threads run at once; schedule_differences names its array
+too: its forward run notes each thread that writes back what it read from such a write
+(cpu_checks.h, note_lost_update).
 This is a teaching tool for correctness, not a timing model: memory fences and the GPU's real
-interleavings are not modelled; races through plain accesses inside a warp, and a race between two
-blocks that neither order shows (two read-modify-writes), are not reported.
+interleavings are not modelled; races through plain accesses inside a warp are left to
+schedule_differences (launch reports those through volatile accesses).
 """
 import ctypes
 import faulthandler
@@ -120,6 +125,12 @@ def launch(kernel, grid, block, *args, shared_bytes=0, schedule="forward", warps
     launch succeeded (a const parameter's array only if the kernel wrote it, through const_cast).
     `timeout=None` runs in this process, without the worker's protection against a kernel that
     never returns or crashes."""
+    _launch(kernel, grid, block, args, shared_bytes, schedule, warps, timeout)
+
+
+def _launch(kernel, grid, block, args, shared_bytes, schedule, warps, timeout, lost_updates=False):
+    """launch's work; the indices of the arguments where a thread wrote back what it had read from an
+    unordered write (a lost update, looked for only with `lost_updates`)."""
     if not isinstance(kernel, CpuKernel):
         raise OrtlabError(f"launch takes a CpuKernel from cpu_kernel(source, name), not {type(kernel).__name__}")
     if schedule not in ("forward", "reverse"):
@@ -146,14 +157,15 @@ def launch(kernel, grid, block, *args, shared_bytes=0, schedule="forward", warps
         raise OrtlabError(f"shared_bytes (dynamic shared memory) must be a number of bytes from 0 to 232448 "
                           f"(227 KiB, the most any architecture gives one block), got {shared_bytes!r}")
     held = [_argument(p, a) for p, a in zip(kernel.params, args)]
-    shape = (*grid, *block, int(schedule == "reverse"), WARPS.index(warps), shared_bytes)
+    shape = (*grid, *block, int(schedule == "reverse") | 2 * bool(lost_updates), WARPS.index(warps), shared_bytes)
     with _LOCK:
         if timeout is None:
-            failed, message, _ = _call(kernel, held, shape)
+            failed, message, written = _call(kernel, held, shape)
         else:
-            failed, message = _in_worker(kernel, held, shape, float(timeout))
+            failed, message, written = _in_worker(kernel, held, shape, float(timeout))
     if failed:
         raise OrtlabError(f"kernel {kernel.name} stopped: {cpu_messages.explain(message, kernel.library._name)}")
+    return [k for k, flags in enumerate(written) if flags & 2]
 
 
 def _call(kernel, held, shape, writable=None):
@@ -299,9 +311,9 @@ def _in_worker(kernel, held, shape, timeout):
         raise
     if not failed:
         for (array, _), param, result, wrote in zip(held, kernel.params, arrays, written):
-            if param.pointer and (not param.const or wrote):
+            if param.pointer and (not param.const or wrote & 1):
                 array.reshape(-1)[...] = result.reshape(-1)
-    return failed, message
+    return failed, message, written
 
 
 def stop_worker():
@@ -314,14 +326,18 @@ def stop_worker():
 
 
 def schedule_differences(kernel, grid, block, *args, shared_bytes=0, warps="independent", timeout=10.0):
-    """Names of the array arguments whose results differ between the forward and the reverse schedule
-    (each run on copies): a race between two barriers, or between two blocks (the reverse schedule
-    runs the blocks last to first). The arguments themselves are not changed."""
-    runs = []
+    """Names of the array arguments a race changes (the arguments themselves are not changed):
+    those whose results differ between the forward and the reverse schedule (each run on copies), a
+    race between two barriers or between two blocks (the reverse schedule runs the blocks last to
+    first), and those where a thread wrote back what it had read from another thread's write with
+    nothing ordering the two (another block's; another warp's since the last __syncthreads(); another
+    lane's since the warp last met): a read-modify-write such as `counter[0] += 1` whose updates
+    threads running at once can lose, though one thread after another counts right in any order."""
+    runs, lost = [], set()
     for schedule in ("forward", "reverse"):
         copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-        launch(kernel, grid, block, *copies, shared_bytes=shared_bytes, schedule=schedule, warps=warps,
-               timeout=timeout)
+        lost.update(_launch(kernel, grid, block, copies, shared_bytes, schedule, warps, timeout,
+                            lost_updates=schedule == "forward"))
         runs.append(copies)
-    return [p.name for p, a, b in zip(kernel.params, *runs)
-            if p.pointer and not np.array_equal(a, b, equal_nan=True)]
+    return [p.name for k, (p, a, b) in enumerate(zip(kernel.params, *runs))
+            if p.pointer and (k in lost or not np.array_equal(a, b, equal_nan=True))]

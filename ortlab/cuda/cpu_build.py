@@ -168,12 +168,12 @@ extern "C" __attribute__((visibility("default"))) long long {entry}_bounds() {{ 
 extern "C" __attribute__((visibility("default"))) ORTLAB_RT int {entry}(
     void** ortlab_args, const long long* ortlab_sizes, const int* ortlab_writable, int* ortlab_written,
     unsigned ortlab_gx, unsigned ortlab_gy, unsigned ortlab_gz, unsigned ortlab_bx, unsigned ortlab_by,
-    unsigned ortlab_bz, int ortlab_reverse, int ortlab_lockstep, unsigned long long ortlab_shared,
+    unsigned ortlab_bz, int ortlab_schedule, int ortlab_lockstep, unsigned long long ortlab_shared,
     char* ortlab_error, int ortlab_error_size) {{
   static const ortlab_cpu::ParamInfo ortlab_params[] = {{{info or '{"", 0, 0, 0}'}}};
   const ortlab_cpu::Arguments ortlab_arguments{{ortlab_args, ortlab_sizes, ortlab_writable, ortlab_written,
                                                 ortlab_params, {len(params)}}};
-  return ortlab_cpu::run(dim3(ortlab_gx, ortlab_gy, ortlab_gz), dim3(ortlab_bx, ortlab_by, ortlab_bz), ortlab_reverse,
+  return ortlab_cpu::run(dim3(ortlab_gx, ortlab_gy, ortlab_gz), dim3(ortlab_bx, ortlab_by, ortlab_bz), ortlab_schedule,
                          ortlab_lockstep, ortlab_shared, ortlab_arguments, [=] {{ {name}({", ".join(args)}); }},
                          ortlab_error, ortlab_error_size);
 }}

@@ -35,6 +35,11 @@ struct ParamInfo { const char* name; unsigned elem; int pointer; int is_const; }
 struct Arguments { void** data; const long long* sizes; const int* writable; int* written;
                    const ParamInfo* params; int count; };
 
+// Per element of a pointer argument, for the lost-update check (schedule_differences): the thread
+// (index in the grid + 1) that last wrote it and the epochs it wrote in, and the thread that last
+// read it while that write was not ordered before the read.
+struct Written { unsigned thread, warp_stamp, block_stamp, stale_reader; };
+
 // One array the kernel may reach: a pointer argument's copy, or the dynamic shared memory (the last).
 struct Region {
   char* data = nullptr;
@@ -44,6 +49,8 @@ struct Region {
   bool is_const = false, written = false, shared = false;
   unsigned writer[6] = {0};  // the thread and block that first wrote a const array
   std::size_t writer_pc = 0;
+  Written* history = nullptr;  // per element, with a launch that looks for lost updates
+  bool lost_update = false;    // a thread wrote back what it read from an unordered write
 };
 
 struct Access { int thread; unsigned stamp; unsigned pc; unsigned char vol; };
@@ -123,6 +130,33 @@ ORTLAB_RT inline void touch(Checks& c, std::ptrdiff_t at, char* a, unsigned size
   else if (at >= 0) race(c, static_cast<std::size_t>(at), a, size, write, vol, pc);
 }
 
+// The lost-update check of one plain access to a pointer argument (a launch of schedule_differences):
+// a thread that read an element another thread wrote with nothing ordering the two (another block;
+// another warp of the block since the last __syncthreads(); another lane of the warp since its last
+// __syncwarp() or warp operation), and then writes that element, is a read-modify-write that
+// concurrent threads can interleave, losing one update; running threads one after another hides it
+// whatever their order (counter[0] += 1 gives the same count in either order), so it is noted here.
+ORTLAB_RT inline void note_lost_update(Region& r, char* a, unsigned size, bool write) {
+  Launch& L = *launch_state;
+  const int n = static_cast<int>(blockDim.x * blockDim.y * blockDim.z);
+  const unsigned long long block = blockIdx.x + 1ull * gridDim.x * (blockIdx.y + 1ull * gridDim.y * blockIdx.z);
+  const unsigned me = static_cast<unsigned>(block * n + L.current + 1);
+  const unsigned warp_stamp = L.warp_stamp[L.current / 32];
+  const std::size_t first = (a - r.data) / r.elem, last = (a + size - 1 - r.data) / r.elem;
+  for (std::size_t k = first; k <= last; ++k) {
+    Written& w = r.history[k];
+    if (write) {
+      if (w.stale_reader == me) r.lost_update = true;
+      w = {me, warp_stamp, L.block_stamp, 0};
+    } else if (w.thread && w.thread != me) {
+      const unsigned other = w.thread - 1, mine = me - 1;
+      const bool same_block = other / n == mine / n, same_warp = same_block && other % n / 32 == mine % n / 32;
+      const bool ordered = same_warp ? w.warp_stamp != warp_stamp : same_block && w.block_stamp != L.block_stamp;
+      if (!ordered) w.stale_reader = me;
+    }
+  }
+}
+
 ORTLAB_RT inline void arena_access(Checks& c, char* a, unsigned size, bool write, bool vol, void* pc) {
   const Region* near = nullptr;
   std::ptrdiff_t best = PTRDIFF_MAX;
@@ -135,6 +169,7 @@ ORTLAB_RT inline void arena_access(Checks& c, char* a, unsigned size, bool write
         const unsigned w[6] = {threadIdx.x, threadIdx.y, threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z};
         std::memcpy(r.writer, w, sizeof w);
       }
+      if (r.history && launch_state->lost_updates) note_lost_update(r, a, size, write);
       return touch(c, r.shared ? std::ptrdiff_t(c.static_bytes + (a - r.data)) : -1, a, size, write, vol, pc);
     }
     std::ptrdiff_t d = a < r.data ? r.data - a : a - (r.data + r.bytes);
@@ -172,7 +207,10 @@ ORTLAB_RT inline void atomic_access(void* address, unsigned size, void* pc) {
   if (a >= c->arena_lo && a < c->arena_hi) {
     const bool lockstep = launch_state->lockstep;
     launch_state->lockstep = 0;  // no race check below: one step at most
+    const bool looking = launch_state->lost_updates;
+    launch_state->lost_updates = 0;  // nor a lost update: an atomic loses none
     arena_access(*c, a, size, true, false, pc);
+    launch_state->lost_updates = looking;
     launch_state->lockstep = lockstep;
     if (lockstep) step();
   } else if (a >= __start_ortlab_shared && a < __stop_ortlab_shared && launch_state->lockstep) {
@@ -236,6 +274,16 @@ struct Memory {
       if (k < args.count && r.bytes) std::memcpy(r.data, args.data[k], r.bytes);
       at += 2 * gap + whole_pages(r.bytes);
     }
+    for (int k = 0; k < args.count && L.lost_updates; ++k) {
+      Region& r = c.regions[k];
+      if (!args.params[k].pointer || !r.bytes) continue;
+      r.history = static_cast<Written*>(std::calloc(r.bytes / r.elem, sizeof(Written)));
+      if (!r.history) {
+        std::snprintf(L.error, sizeof L.error, "the CPU runner could not allocate the access history of %s", r.name);
+        L.failed = true;
+        return false;
+      }
+    }
     checks = &c;
     return true;
   }
@@ -258,7 +306,7 @@ struct Memory {
     for (int k = 0; k < args.count; ++k) {
       const Region& r = c.regions[k];
       if (!args.params[k].pointer) continue;
-      args.written[k] = r.written;
+      args.written[k] = int(r.written) | (r.lost_update ? 2 : 0);
       if ((!r.is_const || r.written) && r.bytes) std::memcpy(args.data[k], r.data, r.bytes);
     }
   }
@@ -267,6 +315,7 @@ struct Memory {
     checks = nullptr;
     if (c.arena_lo) munmap(c.arena_lo, total);
     std::free(c.shadow);
+    for (Region& r : c.regions) std::free(r.history);
   }
 };
 

@@ -71,13 +71,14 @@ struct Launch {
   int current = 0;
   bool failed = false;
   char error[1024] = {0};
-  int reverse = 0, lockstep = 0;
+  int reverse = 0, lockstep = 0, lost_updates = 0;
   // a warp operation: what each thread brought to it, and what it takes away
   struct WarpCall { WarpOp op; unsigned mask; unsigned long long value; int arg, width; unsigned seq; };
   std::vector<WarpCall> warp_calls;
   std::vector<unsigned long long> warp_results;
   std::vector<unsigned> warp_seq;  // how many warp operations each thread has reached in this block
   std::vector<unsigned> warp_stamp;  // each warp's synchronization epoch (cpu_checks.h)
+  unsigned block_stamp = 0;  // the block's: a new one at each __syncthreads()
   unsigned stamps = 0;
 };
 
@@ -296,6 +297,7 @@ ORTLAB_RT inline void run_block(Launch& L, int n, dim3 block) {
   const int warps = (n + 31) / 32;
   for (int barrier = 0; !L.failed; ++barrier) {
     for (auto& stamp : L.warp_stamp) stamp = ++L.stamps;  // a barrier orders every warp's accesses
+    L.block_stamp = ++L.stamps;
     do {  // run every ready thread to its next barrier; then complete the warp operations reached
       for (int k = 0; k < warps && !L.failed; ++k) {
         int first = 32 * (L.reverse ? warps - 1 - k : k);
@@ -322,14 +324,16 @@ ORTLAB_RT inline void run_block(Launch& L, int n, dim3 block) {
   }
 }
 
-// Run `body` as every thread of every block on copies of the arguments (memory.h); 0 on success,
-// 1 with `error` filled on a failure.
-ORTLAB_RT inline int run(dim3 grid, dim3 block, int reverse, int lockstep, std::size_t shared_bytes,
+// Run `body` as every thread of every block on copies of the arguments (cpu_checks.h's Memory); 0 on
+// success, 1 with `error` filled on a failure. `schedule`: bit 0 the reverse order, bit 1 a look for
+// lost updates (cpu_checks.h, note_lost_update; each array's written flag gets bit 1 where one was seen).
+ORTLAB_RT inline int run(dim3 grid, dim3 block, int schedule, int lockstep, std::size_t shared_bytes,
                          const Arguments& args, std::function<void()> body, char* error, int error_size) {
   Launch L;
   launch_state = &L;
   L.body = std::move(body);
-  L.reverse = reverse;
+  L.reverse = schedule & 1;
+  L.lost_updates = (schedule >> 1) & 1;
   L.lockstep = lockstep;
   const int n = block.x * block.y * block.z;
   L.contexts.resize(n);
@@ -347,7 +351,7 @@ ORTLAB_RT inline int run(dim3 grid, dim3 block, int reverse, int lockstep, std::
   if (memory.ready(L)) {
     const unsigned long long blocks = 1ull * grid.x * grid.y * grid.z;
     for (unsigned long long k = 0; k < blocks && !L.failed; ++k) {
-      unsigned long long b = reverse ? blocks - 1 - k : k;
+      unsigned long long b = L.reverse ? blocks - 1 - k : k;
       blockIdx = {unsigned(b % grid.x), unsigned(b / grid.x % grid.y), unsigned(b / (1ull * grid.x * grid.y))};
       run_block(L, n, block);
     }

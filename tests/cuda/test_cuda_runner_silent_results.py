@@ -13,8 +13,10 @@ what is wrong and what to do:
    function's float*) stops the launch and never lands in a neighbouring array;
 3. __launch_bounds__(n) refuses a larger block, as a GPU does;
 4. a write through const_cast on a const parameter lands, as on a GPU;
-5. a race between blocks is named by schedule_differences (the reverse schedule runs the blocks
-   last to first).
+5. a race between blocks is named by schedule_differences (the reverse schedule runs the blocks last
+   to first), and so is a read-modify-write that loses updates when threads run at once, which no
+   order of one thread after another shows (`counter[0] += 1` by two blocks, two warps, or the lanes
+   of a warp); a __syncthreads() or __syncwarp() between the updates orders them.
 """
 import re
 
@@ -285,6 +287,67 @@ def test_a_block_reading_what_another_block_writes_is_a_race():
     for schedule, expected in (("forward", [0, 0, 0, -1]), ("reverse", [2, 3, 4, -1])):
         cpu.launch(kernel, 4, 32, board, peeked, schedule=schedule)
         np.testing.assert_array_equal(peeked, expected)
+
+
+COUNTERS = {
+    # one thread of each block adds to one counter: whatever order the blocks run in, the sum is the
+    # same on the CPU runner; on a GPU two blocks read the same old value and one addition is lost
+    "between-blocks": (r"""
+extern "C" __global__ void count(float* counter) {
+  if (threadIdx.x == 0) counter[0] = counter[0] + 1.0f;
+}""", 8, 32),
+    # every lane of one warp adds: on a GPU the lanes read together, and the warp adds one, not 32
+    "inside-a-warp": (r"""
+extern "C" __global__ void count(float* counter) {
+  counter[0] += 1.0f;
+}""", 1, 32),
+}
+
+
+@pytest.mark.parametrize("case", COUNTERS, ids=list(COUNTERS))
+def test_a_lost_update_that_no_thread_order_shows_is_a_race(case):
+    source, blocks, threads = COUNTERS[case]
+    kernel = cpu.cpu_kernel(source, "count")
+    assert cpu.schedule_differences(kernel, blocks, threads, np.zeros(1, np.float32)) == ["counter"]
+    atomic = cpu.cpu_kernel(source.replace("counter[0] = counter[0] + 1.0f", "atomicAdd(&counter[0], 1.0f)")
+                            .replace("counter[0] += 1.0f", "atomicAdd(counter, 1.0f)"), "count")
+    counter = np.zeros(1, np.float32)
+    assert cpu.schedule_differences(atomic, blocks, threads, counter) == []
+    cpu.launch(atomic, blocks, threads, counter)
+    assert counter[0] == (blocks if case == "between-blocks" else threads)
+
+
+def test_a_lost_update_between_warps_of_a_block_is_a_race_and_a_barrier_orders_it():
+    racy = cpu.cpu_kernel(r"""
+extern "C" __global__ void per_warp(float* counter) {
+  if (threadIdx.x % 32 == 0) counter[0] += 1.0f;
+}""", "per_warp")
+    assert cpu.schedule_differences(racy, 1, 128, np.zeros(1, np.float32)) == ["counter"]
+    # one warp adds, __syncthreads(), another warp adds: ordered, so no update is lost
+    ordered = cpu.cpu_kernel(r"""
+extern "C" __global__ void per_warp(float* counter) {
+  if (threadIdx.x == 0) counter[0] += 1.0f;
+  __syncthreads();
+  if (threadIdx.x == 32) counter[0] += 1.0f;
+}""", "per_warp")
+    counter = np.zeros(1, np.float32)
+    assert cpu.schedule_differences(ordered, 1, 64, counter) == []
+    cpu.launch(ordered, 1, 64, counter)
+    assert counter[0] == 2
+
+
+def test_lanes_that_meet_at_syncwarp_between_their_updates_lose_none():
+    kernel = cpu.cpu_kernel(r"""
+extern "C" __global__ void in_turn(float* total) {
+  for (int lane = 0; lane < 32; ++lane) {
+    if (threadIdx.x == lane) total[0] += lane;
+    __syncwarp();
+  }
+}""", "in_turn")
+    total = np.zeros(1, np.float32)
+    assert cpu.schedule_differences(kernel, 1, 32, total) == []
+    cpu.launch(kernel, 1, 32, total)
+    assert total[0] == sum(range(32))
 
 
 def test_blocks_that_write_disjoint_parts_and_read_shared_inputs_are_no_race():
