@@ -77,9 +77,18 @@ ORTLAB_RT inline void step() {  // warps="lockstep": wait until every lane of th
   yield_to_scheduler();
 }
 
-// What an access outside every region but near `r` is: r's name and the index it reached.
+// What an access outside every region but near `r` is: r's name and the index it reached. Farther from
+// every array than its own size (and 1 MiB), the array the pointer came from cannot be told (an index
+// far past one array may land in the gap of another): say so, naming the nearest.
 ORTLAB_RT inline void outside(const Checks& c, const Region& r, char* a, bool write, void* pc) {
   char what[400];
+  const std::size_t away = a < r.data ? r.data - a : a - (r.data + r.bytes);
+  if (away > std::max(r.bytes, std::size_t(1) << 20)) {
+    std::snprintf(what, sizeof what, "an address %zu bytes %s %s, the nearest array, is out of bounds of every "
+                  "array of the launch: %s through a pointer at @pc:0x%zx@ (an index far outside its array)", away,
+                  a < r.data ? "before" : "past the end of", r.name, write ? "written" : "read", pc_offset(c, pc));
+    return fail(what);
+  }
   std::ptrdiff_t at = a - r.data, index = (at >= 0 ? at : at - (std::ptrdiff_t)r.elem + 1) / (std::ptrdiff_t)r.elem;
   std::snprintf(what, sizeof what, "%s[%td] is out of bounds (%s has %zu elements): %s through a pointer at "
                 "@pc:0x%zx@", r.name, index, r.name, r.bytes / r.elem, write ? "written" : "read", pc_offset(c, pc));

@@ -189,6 +189,22 @@ def test_an_index_past_a_derived_pointer_stops_the_launch_and_lands_nowhere(case
     assert not o.any() and not other.any()  # neither the array nor its neighbour changed
 
 
+@pytest.mark.parametrize("timeout", [10.0, None])
+def test_an_index_far_past_its_array_stops_the_launch_without_naming_the_wrong_array(timeout):
+    kernel = cpu.cpu_kernel(r"""
+extern "C" __global__ void mark(float* o, float* other, int n) {
+  float* q = &o[0];
+  q[threadIdx.x * 40000000 + 5] = 1.0f;
+}""", "mark")
+    o, other = np.zeros(64, np.float32), np.zeros(64, np.float32)
+    with pytest.raises(OrtlabError, match=r"thread \(1, 0, 0\) of block \(0, 0, 0\): an address \d+ bytes (before|past "
+                                          r"the end of) .*, the nearest array, is out of bounds of every array of "
+                                          r"the launch: written through a pointer at kernel.cu line 4") as error:
+        cpu.launch(kernel, 1, 32, o, other, 64, timeout=timeout)
+    assert "[" not in str(error.value).split("block (0, 0, 0):")[1]  # no index of an array it never indexed
+    assert o.sum() == 0 and not other.any()
+
+
 def test_inside_its_array_a_derived_pointer_writes_what_numpy_expects():
     kernel = cpu.cpu_kernel(DERIVED["address-of"][0].replace("i + 40", "i + 32"), "mark")
     o, other = np.zeros(64, np.float32), np.zeros(64, np.float32)
