@@ -3,12 +3,16 @@
 Mirrors onnxruntime/core/framework/graph_partitioner.cc (PartitionOnnxFormatModel: for each EP
 in the session's order, GetCapability, then TryAssignSingleNode for each claimed node not yet
 assigned). The CPU EP is last, so it takes whatever no other EP claimed; a node nobody claims
-fails session initialization, as ORT's "Could not find an implementation for ..." does.
+fails session initialization, as ORT's "Could not find an implementation for ..." does. Then what
+TransformGraph runs after partitioning at every level: InsertCastTransformer
+(ortlab.transformers.insert_cast_transformer) and its RemoveDuplicateCastTransformer.
 """
 import numpy as np
 
 from ortlab.engine.errors import NotImplementedKernel
+from ortlab.engine.kernel_registry import CPU
 from ortlab.onnx_defs import node_label, op_name
+from ortlab.transformers.insert_cast_transformer import insert_casts
 from ortlab.transformers.remove_duplicate_cast import remove_duplicate_casts as remove
 from ortlab.transformers.session_transforms import has_function_body, inline_nodes
 
@@ -42,6 +46,9 @@ def partition(graph, providers, logger):
     missing = [n for n in graph.nodes() if n.index not in assignment]
     if missing:
         raise NotImplementedKernel(_missing_message(graph, missing[0], providers))
+    for cast in insert_casts(graph, assignment):
+        assignment[cast.index] = CPU
+        logger.info("insert_cast_transformer.cc InsertCastTransformer", f"Inserted Cast node {cast.name}")
     remove_duplicate_casts(graph, logger)
     live = {n.index for n in graph.nodes()}
     return {index: ep for index, ep in assignment.items() if index in live}

@@ -4,7 +4,7 @@ ORT_DISABLE_ALL on the CPU EP builds it.
 Mirrors onnxruntime/core/graph/graph.cc (the Graph constructor turns each Constant node into an
 initializer and numbers the other nodes in order; Graph::Resolve infers types and shapes, see
 ortlab.ir.shape_inference), then the session-time transforms of ortlab.transformers.session_transforms
-(InlineNodes, RemoveDuplicateCastTransformer) that every level runs.
+(InlineNodes, InsertCastTransformer, RemoveDuplicateCastTransformer) that every level runs.
 """
 from typing import NamedTuple
 
@@ -41,6 +41,7 @@ def planning_view(graph, order, declared):
 
 def session_graph(model):
     """SessionGraph for an onnx.ModelProto: reusable by several plan() calls (orders, reuse, shapes)."""
+    from ortlab.transformers.insert_cast_transformer import insert_casts  # lazy: loads every graph transformer
     from ortlab.transformers.remove_duplicate_cast import remove_duplicate_casts  # lazy: loads every graph transformer
     from ortlab.transformers.session_transforms import inline_nodes  # lazy: ortlab.memory loads no transformer
     graph = Graph.from_model(model, constants_as_initializers=True)
@@ -48,7 +49,11 @@ def session_graph(model):
     inlined = inline_nodes(graph, types)
     if inlined:
         types = infer_types(graph, graph.topological_order("default"), types)
-    if remove_duplicate_casts(graph, types):   # after partitioning, at every level
+    for node_arg in graph.node_args():         # InsertCastTransformer reads each value's declared type
+        if node_arg.name in types:
+            node_arg.type_proto = types[node_arg.name]
+    casts = insert_casts(graph)                 # after partitioning, at every level: float16 nodes ORT's CPU EP
+    if remove_duplicate_casts(graph, types) or casts:  # has no kernel for run in float32 between Casts
         types = infer_types(graph, graph.topological_order("default"), types)
     for name, type_proto in types.items():
         arg = graph.node_arg(name)

@@ -127,9 +127,6 @@ def assert_values_are_orts(model, feeds):
         np.testing.assert_array_equal(ours, theirs)
 
 
-@pytest.mark.xfail(strict=True, reason="a float -> bfloat16 Cast inside a body truncates (onnx.reference) where "
-                   "ORT rounds to nearest even; the main graph's Cast kernel rounds (ortlab/engine/"
-                   "cpu_kernels_subgraph.py runs bodies on onnx.reference)")
 def test_a_bfloat16_cast_inside_a_body_rounds_as_ort():
     then = h.make_graph([h.make_node("Cast", ["x"], ["b"], to=T.BFLOAT16, name="tb"),
                          h.make_node("Cast", ["b"], ["t"], to=T.FLOAT, name="tf")], "then", [], [vi("t", T.FLOAT)])
@@ -139,10 +136,6 @@ def test_a_bfloat16_cast_inside_a_body_rounds_as_ort():
     assert_values_are_orts(model, {"x": X, "c": np.array(True)})  # ORT: 2.9999 -> 3.0; ortlab 2.984375
 
 
-@pytest.mark.xfail(strict=True, reason="ORT's InsertCastTransformer (insert_cast_transformer.cc) is not "
-                   "mirrored: a float16 node the CPU EP has no float16 kernel for (Add) runs in float32 between "
-                   "Casts named InsertedPrecisionFreeCast_*, which the remover then drops; ortlab computes in "
-                   "float16 (70000.5 * 2 overflows to inf; ORT gives 140001)")
 def test_a_float16_add_runs_in_float32_as_ort_inserts_casts_for_it():
     nodes = [h.make_node("Cast", ["x"], ["h"], to=T.FLOAT16, name="c"),
              h.make_node("Add", ["h", "h"], ["a"], name="add"),

@@ -168,8 +168,6 @@ def test_a_weight_read_inside_a_branch_is_not_folded_when_excluded():
                                                             providers=["CPUExecutionProvider"]).graph)
 
 
-@pytest.mark.xfail(strict=True, reason="engine: a Loop inside an If branch runs onnx.reference's Loop, which takes "
-                   "a missing condition as false (ORT: true); StackingLoop is registered for the main graph only")
 def test_a_loop_without_condition_inside_a_branch_computes_orts_values():
     body = h.make_graph([h.make_node("Identity", ["cond"], ["cond_out"]),
                          h.make_node("Cast", ["cond"], ["f"], to=T.FLOAT),
