@@ -136,3 +136,32 @@ def test_a_walkthrough_leaves_its_netron_views_live(path):
     stopping = [i for i, c in enumerate(_cells(path))
                 if c["cell_type"] == "code" and "stop_all(" in "".join(c["source"])]
     assert not stopping, f"{path.name} cells {stopping} stop the Netron views: leave them to the kernel's end"
+
+
+def study_minutes(path):
+    """The README's estimate of a walkthrough's minutes to read and do: 150 words of prose a minute (fenced code
+    left out), 2 minutes a code cell, and each exercise's own estimate ("### Exercise `id` (N minutes)"), rounded
+    to 5 minutes."""
+    words = code = exercises = 0
+    for cell in _cells(path):
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            words += words_of(re.sub(r"```.*?```", " ", text, flags=re.DOTALL))
+            exercises += sum(int(n) for n in re.findall(r"^###\s*Exercise\b.*?\((\d+) minutes?\)", text, re.MULTILINE))
+        else:
+            code += 1
+    return 5 * round((words / 150 + 2 * code + exercises) / 5)
+
+
+def words_of(text):
+    return len(re.findall(r"[A-Za-z0-9][\w'’.-]*", text))
+
+
+@pytest.mark.parametrize("path", WALKTHROUGHS, ids=lambda p: p.stem)
+def test_the_opening_and_the_readme_give_the_same_minutes_by_the_readmes_rule(path):
+    minutes = study_minutes(path)
+    opening = "".join(_cells(path)[0]["source"])
+    assert f"about {minutes} minutes to read and do" in opening, f"{path.name}: say 'about {minutes} minutes'"
+    row = re.search(re.escape(f"`notebooks/{path.name}`") + r".*\| (\d+) \|$", (ROOT / "README.md").read_text(),
+                    re.MULTILINE)
+    assert row and int(row.group(1)) == minutes, f"README's course map: {path.name} takes {minutes} minutes"
