@@ -103,6 +103,9 @@ def train(model, batches, optimizer, steps, loss_fn=None, clip_norm=None, loss_s
     check_arguments(model, batches, optimizer, steps, clip_norm, loss_scale)
     if on_step is not None and not callable(on_step):
         raise TrainingError(f"on_step must be a function on_step(step, history) or None, not {on_step!r}")
+    if isinstance(redraw_every, bool) or not isinstance(redraw_every, (int, float)) or not redraw_every >= 0:
+        raise TrainingError(f"redraw_every is the progress bar's seconds between redraws, a number >= 0, "
+                            f"not {redraw_every!r}")
     history = History()
     writer = None
     if log_dir is not None:

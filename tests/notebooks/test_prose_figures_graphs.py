@@ -9,45 +9,23 @@ shows the builder its prose names. Helpers (ortlab/walkthroughs/graph_transforme
 folding_steps agree with ortlab's transformers, ort_only runs one ORT transformer alone, ort_pre_gradient_graph
 returns ORT's pre-training graph, inference_vs_training puts the same graphs side by side, beside pads columns.
 """
-import json
 import re
 
 import pytest
 
-from repo_paths import ROOT
+from stored_notebook import markdown as _markdown
+from stored_notebook import output as _output_after, table as _table
 
-NOTEBOOKS = ROOT / "notebooks"
 L1_01 = "L1_01_graph_transformers"
 NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}
 
 
-def _cells(stem):
-    return json.loads((NOTEBOOKS / f"{stem}.ipynb").read_text())["cells"]
 
 
-def _markdown(stem):
-    return "\n".join("".join(c["source"]) for c in _cells(stem) if c["cell_type"] == "markdown")
 
 
-def _output_after(stem, marker):
-    """The text output of the first code cell whose source contains `marker`."""
-    for cell in _cells(stem):
-        if cell["cell_type"] == "code" and marker in "".join(cell["source"]):
-            texts = []
-            for out in cell.get("outputs", []):
-                text = out.get("text") or out.get("data", {}).get("text/plain", "")
-                texts.append("".join(text))
-            return "\n".join(texts)
-    raise AssertionError(f"{stem}: no code cell contains {marker!r}")
 
 
-def _table(text):
-    """A stored viz.Table as a list of rows, each a list of its cells (split at the header's column starts)."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    rule = next(i for i, line in enumerate(lines) if set(line.replace(" ", "")) == {"-"})
-    starts = [m.start() for m in re.finditer(r"-+", lines[rule])]
-    cut = lambda line: [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]  # noqa: E731
-    return [cut(lines[rule - 1])] + [cut(line) for line in lines[rule + 1:]]
 
 
 def _column(rows, title):

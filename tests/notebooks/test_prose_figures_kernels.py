@@ -11,28 +11,15 @@ import numpy as np
 import pytest
 
 from repo_paths import ROOT
-
-NOTEBOOKS = ROOT / "notebooks"
-
-
-def _cells(stem):
-    return json.loads((NOTEBOOKS / f"{stem}.ipynb").read_text())["cells"]
+from stored_notebook import NOTEBOOKS, markdown as _markdown
+from stored_notebook import output as _output_after
 
 
-def _markdown(stem):
-    return "\n".join("".join(c["source"]) for c in _cells(stem) if c["cell_type"] == "markdown")
 
 
-def _output_after(stem, marker):
-    """The text output of the first code cell whose source contains `marker`."""
-    for cell in _cells(stem):
-        if cell["cell_type"] == "code" and marker in "".join(cell["source"]):
-            texts = []
-            for out in cell.get("outputs", []):
-                text = out.get("text") or out.get("data", {}).get("text/plain", "")
-                texts.append("".join(text))
-            return "\n".join(texts)
-    raise AssertionError(f"{stem}: no code cell contains {marker!r}")
+
+
+
 
 
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.stem)

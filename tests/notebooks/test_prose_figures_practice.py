@@ -15,57 +15,29 @@ Helpers: training_domain_knowledge.pick_lr / lr_table / lr_range_test,
 debugging_knowhows.ort_plan_dump, distributed_training.sample_lengths / step_tokens / balance_table /
 sections_job / section.
 """
-import json
 import re
 
 import pytest
 
-from repo_paths import ROOT
+from stored_notebook import code_cell as _code_cell, markdown as _markdown
+from stored_notebook import markdown_cells as _markdown_cells, output as _output, table as _table
 
-NOTEBOOKS = ROOT / "notebooks"
 L0_07 = "L0_07_performance_investigation"
 D_01 = "D_01_training_domain_knowledge"
 D_03 = "D_03_debugging_knowhows"
 L2_03 = "L2_03_distributed_training"
 
 
-def _cells(stem):
-    return json.loads((NOTEBOOKS / f"{stem}.ipynb").read_text())["cells"]
 
 
-def _markdown_cells(stem):
-    return ["".join(c["source"]) for c in _cells(stem) if c["cell_type"] == "markdown"]
 
 
-def _markdown(stem):
-    return "\n".join(_markdown_cells(stem))
 
 
-def _code_cell(stem, marker):
-    for cell in _cells(stem):
-        if cell["cell_type"] == "code" and marker in "".join(cell["source"]):
-            return cell
-    raise AssertionError(f"{stem}: no code cell contains {marker!r}")
 
 
-def _output(stem, marker, stream=None):
-    """The text output of the first code cell whose source contains `marker` (one stream, or all text)."""
-    texts = []
-    for out in _code_cell(stem, marker).get("outputs", []):
-        if stream is not None and out.get("name") != stream:
-            continue
-        text = out.get("text") or out.get("data", {}).get("text/plain", "")
-        texts.append("".join(text))
-    return "".join(texts) if stream else "\n".join(texts)
 
 
-def _table(text):
-    """A stored viz.Table as a list of rows, each a list of its cells (split at the header's column starts)."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    rule = next(i for i, line in enumerate(lines) if set(line.replace(" ", "")) == {"-"})
-    starts = [m.start() for m in re.finditer(r"-+", lines[rule])]
-    cut = lambda line: [line[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]  # noqa: E731
-    return [cut(lines[rule - 1])] + [cut(line) for line in lines[rule + 1:]]
 
 
 def _as_drawn(text):

@@ -145,6 +145,19 @@ def test_on_step_sees_each_recorded_step_and_can_change_the_learning_rate():
     assert seen == [(0, 1), (1, 2), (2, 3)] and optimizer.param_groups[0]["lr"] == pytest.approx(0.0125)
 
 
+@pytest.mark.parametrize("redraw_every", ["10", -1, None, True, float("nan")])
+def test_a_redraw_interval_that_is_not_seconds_is_refused_before_any_step(redraw_every):
+    model = models.get("mlp", dropout=0.0)
+    with pytest.raises(TrainingError, match="redraw_every is the progress bar's seconds"):
+        train(model, [model.example_inputs()], SGD(model.parameters(), lr=0.1), steps=1, redraw_every=redraw_every)
+
+
+def test_a_progress_bar_that_redraws_seldom_still_counts_every_step(capsys):
+    model = models.get("mlp", dropout=0.0)
+    history = train(model, [model.example_inputs()], SGD(model.parameters(), lr=0.1), steps=3, redraw_every=60)
+    assert len(history.losses) == 3 and "3/3" in capsys.readouterr().err
+
+
 def test_train_step_is_the_loops_step_and_a_plain_step_on_non_finite_gradients():
     from ortlab.training import train_step
 
